@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+)
+
+// proxy forwards wire-protocol messages from each client connection to its own backend
+// connection, one request/response exchange at a time across all connections.
+type proxy struct {
+	backendAddr string
+	logger      *slog.Logger
+
+	// exchange is held from writing a request to the backend until its response has been
+	// read: the backend executes one command at a time.
+	exchange sync.Mutex
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newProxy(backendAddr string, logger *slog.Logger) *proxy {
+	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{})}
+}
+
+// serve accepts client connections until ln is closed.
+func (p *proxy) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				p.logger.Warn("accept", "err", err)
+				continue
+			}
+			p.logger.Error("accept", "err", err)
+			return
+		}
+		if !p.track(c) {
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer p.untrack(c)
+			p.handle(c)
+		}()
+	}
+}
+
+// closeAll closes every client and backend connection and waits for their handlers.
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	_ = c.Close()
+}
+
+func (p *proxy) handle(client net.Conn) {
+	backend, err := net.Dial("tcp", p.backendAddr)
+	if err != nil {
+		p.logger.Warn("dial backend", "err", err)
+		return
+	}
+	if !p.track(backend) {
+		_ = backend.Close()
+		return
+	}
+	defer p.untrack(backend)
+
+	log := p.logger.With("client", client.RemoteAddr().String())
+	log.Debug("connected")
+	cr := bufio.NewReaderSize(client, 64<<10)
+	br := bufio.NewReaderSize(backend, 64<<10)
+	for {
+		req, err := readMessage(cr)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Debug("read request", "err", err)
+			}
+			log.Debug("disconnected")
+			return
+		}
+		resps, err := p.roundTrip(backend, br, req)
+		if err != nil {
+			log.Debug("backend exchange", "err", err)
+			return
+		}
+		// The backend has finished the command: writing to the client needs no lock, so a
+		// client that is slow to read cannot stall the others.
+		for _, resp := range resps {
+			if _, err := client.Write(resp); err != nil {
+				log.Debug("write response", "err", err)
+				return
+			}
+		}
+	}
+}
+
+// roundTrip writes req to the backend and reads its responses, under the global lock.
+// A response with moreToCome (exhaust) is followed by more responses, read until one
+// without it.
+//
+// A request with moreToCome (e.g. a w:0 write) expects no response, and the client gets
+// none. FerretDB v1.24.2 answers it all the same (internal/clientconn/conn.go answers every
+// request), so the proxy reads that answer and drops it: forwarding it would hand the
+// client a stale reply to its next request, and not reading it would leave it in the
+// backend connection to be taken for the reply to the next request.
+func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]byte, error) {
+	p.exchange.Lock()
+	defer p.exchange.Unlock()
+
+	if subs := splitCreateIndexes(req); subs != nil {
+		resp, err := createIndexesOneByOne(backend, br, req, subs)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{resp}, nil
+	}
+	if _, err := backend.Write(fixupRequest(req)); err != nil {
+		return nil, err
+	}
+	if moreToCome(req) {
+		if _, err := readMessage(br); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	var resps [][]byte
+	for {
+		resp, err := readMessage(br)
+		if err != nil {
+			return nil, err
+		}
+		resps = append(resps, resp)
+		if !moreToCome(resp) {
+			return resps, nil
+		}
+	}
+}

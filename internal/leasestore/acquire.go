@@ -1,0 +1,361 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// ErrInvalid reports a request the store refuses before writing anything.
+var ErrInvalid = errors.New("invalid lease request")
+
+// funnelLevel is one capped level with its counter key.
+type funnelLevel struct {
+	LevelCap
+	key   string
+	scope string
+}
+
+// funnel orders the capped levels narrow to wide and names their counters.
+func funnel(resource string, caps []LevelCap, tenant, project, user string) ([]funnelLevel, error) {
+	rank := map[Level]int{LevelUser: 0, LevelProject: 1, LevelTenant: 2, LevelGlobal: 3}
+	seen := map[Level]bool{}
+	out := make([]funnelLevel, 0, len(caps))
+	for _, c := range caps {
+		if _, ok := rank[c.Level]; !ok {
+			return nil, fmt.Errorf("%w: unknown level %q", ErrInvalid, c.Level)
+		}
+		if c.Cap < 1 {
+			return nil, fmt.Errorf("%w: cap of level %s is %d, must be at least 1", ErrInvalid, c.Level, c.Cap)
+		}
+		if seen[c.Level] {
+			return nil, fmt.Errorf("%w: level %s given twice", ErrInvalid, c.Level)
+		}
+		seen[c.Level] = true
+		scope := ScopeOf(c.Level, tenant, project, user)
+		out = append(out, funnelLevel{LevelCap: c, key: CounterKey(resource, c.Level, scope), scope: scope})
+	}
+	sort.Slice(out, func(i, j int) bool { return rank[out[i].Level] < rank[out[j].Level] })
+	return out, nil
+}
+
+func validateAcquire(req AcquireRequest) error {
+	switch {
+	case req.Resource == "":
+		return fmt.Errorf("%w: resource is empty", ErrInvalid)
+	case len(req.Caps) == 0:
+		return fmt.Errorf("%w: no capped level (a NOOP lease needs no store)", ErrInvalid)
+	case req.TTL <= 0:
+		return fmt.Errorf("%w: ttl must be positive", ErrInvalid)
+	case req.Tenant == "":
+		return fmt.Errorf("%w: tenant is empty", ErrInvalid)
+	}
+	for _, c := range req.Caps {
+		if c.Level == LevelUser && req.User == "" {
+			return fmt.Errorf("%w: the user level is capped but user is empty", ErrInvalid)
+		}
+		if c.Level == LevelProject && req.Project == "" {
+			return fmt.Errorf("%w: the project level is capped but project is empty", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Acquire makes one attempt to book a slot at every capped level of the request, narrow to
+// wide (specification §4): the holder is written first (PENDING); per level the counter is
+// incremented by a conditional update and then the key is pushed to the holder; the last
+// push also marks the holder HELD. A full level or a store error rolls the attempt back.
+// Acquire does not wait: a full level returns a *BusyError at once.
+func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Holder, error) {
+	if err := validateAcquire(req); err != nil {
+		return Holder{}, err
+	}
+	levels, err := funnel(req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	if err != nil {
+		return Holder{}, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return Holder{}, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+
+	doc := holderDoc{
+		ID:         token,
+		State:      string(StatePending),
+		LeaseName:  req.LeaseName,
+		Resource:   req.Resource,
+		Type:       req.Type,
+		Tenant:     req.Tenant,
+		Project:    req.Project,
+		User:       req.User,
+		HolderRef:  req.HolderRef,
+		Pod:        podDoc{Namespace: req.Pod.Namespace, Name: req.Pod.Name, UID: req.Pod.UID},
+		PodBound:   req.PodBound,
+		Payload:    req.Payload,
+		TTLSeconds: req.TTL.Seconds(),
+		Levels:     []string{},
+	}
+	if doc.Payload == nil {
+		doc.Payload = map[string]string{}
+	}
+	if err := s.createHolder(ctx, doc); err != nil {
+		return Holder{}, err
+	}
+	if err := s.fault(StepHolderCreated, token); err != nil {
+		return Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
+	}
+
+	for i, l := range levels {
+		ok, count, err := s.increment(ctx, l, req.Resource, req.Tenant)
+		if err != nil {
+			return Holder{}, s.abandon(ctx, token, nil, false, err)
+		}
+		if !ok {
+			busy := &BusyError{Resource: req.Resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
+			return Holder{}, s.abandon(ctx, token, nil, false, busy)
+		}
+		if err := s.fault(StepCounterIncremented, l.key); err != nil {
+			return Holder{}, s.abandon(ctx, token, []string{l.key}, false, unavailable("acquiring "+req.Resource, err))
+		}
+		last := i == len(levels)-1
+		update := bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}}
+		if last {
+			update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "state", Value: string(StateHeld)}}})
+		}
+		res, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: token}}, update)
+		if err != nil {
+			// The push may or may not have been applied: the key is decremented only if
+			// this attempt still deletes the holder.
+			return Holder{}, s.abandon(ctx, token, []string{l.key}, true, unavailable("booking "+l.key, err))
+		}
+		if res.MatchedCount == 0 {
+			// A reaper deleted the holder (and decremented its pushed levels) between two
+			// steps; the key incremented just now is known to nobody else.
+			lost := unavailable("acquiring "+req.Resource, fmt.Errorf("holder %s was reaped while booking", token))
+			return Holder{}, errors.Join(lost, s.decrement(ctx, []string{l.key}))
+		}
+		doc.Levels = append(doc.Levels, l.key)
+		if err := s.fault(StepLevelPushed, l.key); err != nil {
+			return Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
+		}
+	}
+	doc.State = string(StateHeld)
+	return doc.holder(), nil
+}
+
+// createHolder writes the PENDING holder by upsert, so that acquiredAt and lastSeenAt are
+// the server's time ($currentDate) from the start.
+func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
+	set := bson.D{
+		{Key: "state", Value: doc.State},
+		{Key: "leaseName", Value: doc.LeaseName},
+		{Key: "resource", Value: doc.Resource},
+		{Key: "type", Value: doc.Type},
+		{Key: "tenant", Value: doc.Tenant},
+		{Key: "project", Value: doc.Project},
+		{Key: "user", Value: doc.User},
+		{Key: "holderRef", Value: doc.HolderRef},
+		{Key: "pod", Value: doc.Pod},
+		{Key: "podBound", Value: doc.PodBound},
+		{Key: "payload", Value: doc.Payload},
+		{Key: "ttlSeconds", Value: doc.TTLSeconds},
+		{Key: "levels", Value: doc.Levels},
+	}
+	update := bson.D{
+		{Key: "$setOnInsert", Value: set},
+		{Key: "$currentDate", Value: bson.D{{Key: "acquiredAt", Value: true}, {Key: "lastSeenAt", Value: true}}},
+	}
+	_, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.ID}}, update, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return unavailable("creating holder for "+doc.Resource, err)
+	}
+	return nil
+}
+
+// incrementAttempts bounds how often one level retries its conditional update when it
+// missed but the counter then showed room (a concurrent release or first use in between).
+const incrementAttempts = 3
+
+// increment books one slot of a counter: a conditional $inc without upsert. On a miss it
+// reads the counter: a counter at its cap is busy (count is returned for the diagnosis); a
+// missing counter is created with a pure _id upsert (count 0), and the conditional update
+// runs again, as it does when the counter shows room after all. A duplicate key on the
+// upsert means a concurrent first use created it: that is "exists", never busy.
+func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string) (ok bool, count int, err error) {
+	filter := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}
+	update := bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+	}
+	for range incrementAttempts {
+		res, err := s.counters.UpdateOne(ctx, filter, update)
+		if err != nil {
+			return false, 0, unavailable("incrementing "+l.key, err)
+		}
+		if res.MatchedCount == 1 {
+			return true, 0, nil
+		}
+		var c counterDoc
+		err = s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: l.key}}).Decode(&c)
+		switch {
+		case err == nil:
+			if c.Count >= l.Cap {
+				return false, c.Count, nil
+			}
+			continue
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return false, 0, unavailable("reading counter "+l.key, err)
+		}
+		if err := s.createCounter(ctx, l, resource, tenant); err != nil {
+			return false, 0, err
+		}
+	}
+	// Room seen but every attempt missed (heavy churn): report busy with the last count, so
+	// the caller waits and tries again rather than spinning here.
+	c, err := s.count(ctx, l.key)
+	return false, c, err
+}
+
+// createCounter creates a missing counter with count 0 by a pure _id upsert.
+func (s *Store) createCounter(ctx context.Context, l funnelLevel, resource, tenant string) error {
+	counterTenant := tenant
+	if l.Level == LevelGlobal {
+		counterTenant = ""
+	}
+	create := bson.D{
+		{Key: "$setOnInsert", Value: bson.D{
+			{Key: "resource", Value: resource},
+			{Key: "level", Value: string(l.Level)},
+			{Key: "scope", Value: l.scope},
+			{Key: "tenant", Value: counterTenant},
+			{Key: "count", Value: 0},
+		}},
+		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+	}
+	_, err := s.counters.UpdateOne(ctx, bson.D{{Key: "_id", Value: l.key}}, create, options.UpdateOne().SetUpsert(true))
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return unavailable("creating counter "+l.key, err)
+	}
+	return nil
+}
+
+func (s *Store) count(ctx context.Context, key string) (int, error) {
+	var c counterDoc
+	err := s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&c)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return 0, nil
+	case err != nil:
+		return 0, unavailable("reading counter "+key, err)
+	}
+	return c.Count, nil
+}
+
+// abandon rolls back a failed attempt: it deletes the holder and, only if it was the one
+// that deleted it, decrements the levels the holder had registered plus the keys
+// incremented but not (surely) pushed. If a reaper deleted the holder first, the reaper
+// decremented the registered levels; pending keys whose push failed definitively are
+// decremented here, ambiguous ones (ambiguous=true) are left to reconcile. A simulated crash
+// abandons nothing. It returns cause, or the rollback's own error joined to it.
+func (s *Store) abandon(ctx context.Context, token string, pending []string, ambiguous bool, cause error) error {
+	if errors.Is(cause, ErrCrash) {
+		return cause
+	}
+	// Roll back even if the caller's context is done: a half-booked holder would block a
+	// slot for a whole TTL.
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	var doc holderDoc
+	err := s.holders.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: token}}).Decode(&doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		if !ambiguous && len(pending) > 0 {
+			if derr := s.decrement(ctx, pending); derr != nil {
+				return errors.Join(cause, derr)
+			}
+		}
+		return cause
+	case err != nil:
+		return errors.Join(cause, unavailable("rolling back holder "+token, err))
+	}
+	if ferr := s.fault(StepHolderDeleted, token); ferr != nil {
+		return errors.Join(cause, unavailable("rolling back holder "+token, ferr))
+	}
+	if derr := s.decrement(ctx, union(doc.Levels, pending)); derr != nil {
+		return errors.Join(cause, derr)
+	}
+	return cause
+}
+
+// decrement returns one slot of each counter in a single round trip. A counter never goes
+// below zero.
+func (s *Store) decrement(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	filter := bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}},
+		{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
+	}
+	update := bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+	}
+	if _, err := s.counters.UpdateMany(ctx, filter, update); err != nil {
+		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
+	}
+	return nil
+}
+
+func union(a, b []string) []string {
+	seen := make(map[string]bool, len(a)+len(b))
+	out := make([]string, 0, len(a)+len(b))
+	for _, k := range append(append([]string{}, a...), b...) {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Probe reads the funnel's counters in one round trip and returns the first level, narrow
+// to wide, that is visibly full, or nil. It writes nothing: waiting acquirers poll with it
+// and go down the write path only when every level shows room.
+func (s *Store) Probe(ctx context.Context, resource string, caps []LevelCap, tenant, project, user string) (*BusyError, error) {
+	levels, err := funnel(resource, caps, tenant, project, user)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(levels))
+	for i, l := range levels {
+		keys[i] = l.key
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cur, err := s.counters.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}})
+	if err != nil {
+		return nil, unavailable("probing "+resource, err)
+	}
+	var docs []counterDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("probing "+resource, err)
+	}
+	counts := make(map[string]int, len(docs))
+	for _, d := range docs {
+		counts[d.ID] = d.Count
+	}
+	for _, l := range levels {
+		if n := counts[l.key]; n >= l.Cap {
+			return &BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: n, Cap: l.Cap}, nil
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,146 @@
+package leasestore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// roundTrips counts the commands a store sends (one per round trip).
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) observe(string) { r.n.Add(1) }
+
+func benchStore(b *testing.B, db string, rt *roundTrips) *leasestore.Store {
+	b.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := []leasestore.Option{}
+	if rt != nil {
+		opts = append(opts, leasestore.WithCommandObserver(rt.observe))
+	}
+	return newStoreAt(b, uri, db, opts...)
+}
+
+// BenchmarkUncontended measures acquire, check and release at 1 to 4 levels, in store round
+// trips per operation (targets: acquire <= 2L+2, release <= L+1) and time.
+func BenchmarkUncontended(b *testing.B) {
+	all := allCaps(1<<20, 1<<20, 1<<20, 1<<20)
+	for levels := 1; levels <= 4; levels++ {
+		caps := all[4-levels:] // user, then project, tenant, global added
+		b.Run(fmt.Sprintf("levels=%d", levels), func(b *testing.B) {
+			rt := &roundTrips{}
+			s := benchStore(b, mongotest.DatabaseName(b), rt)
+			req := request("bench", "acme", "p", "u", caps)
+			// Warm up: the counters exist in steady state.
+			h := mustAcquire(b, s, req)
+			if _, err := s.Release(context.Background(), h.Token); err != nil {
+				b.Fatal(err)
+			}
+			var acquireRT, checkRT, releaseRT int64
+			var acquireNs, releaseNs int64
+			b.ResetTimer()
+			for b.Loop() {
+				n0 := rt.n.Load()
+				t0 := time.Now()
+				h, err := s.Acquire(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				n1 := rt.n.Load()
+				if err := s.Touch(context.Background(), h.Token); err != nil {
+					b.Fatal(err)
+				}
+				n2 := rt.n.Load()
+				t2 := time.Now()
+				if _, err := s.Release(context.Background(), h.Token); err != nil {
+					b.Fatal(err)
+				}
+				acquireNs += t1.Sub(t0).Nanoseconds()
+				releaseNs += time.Since(t2).Nanoseconds()
+				acquireRT += n1 - n0
+				checkRT += n2 - n1
+				releaseRT += rt.n.Load() - n2
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(acquireRT)/n, "acquire-rt/op")
+			b.ReportMetric(float64(checkRT)/n, "check-rt/op")
+			b.ReportMetric(float64(releaseRT)/n, "release-rt/op")
+			b.ReportMetric(float64(acquireNs)/n/1e6, "acquire-ms/op")
+			b.ReportMetric(float64(releaseNs)/n/1e6, "release-ms/op")
+		})
+	}
+}
+
+// BenchmarkContended runs N clients against one resource with global cap k: every client
+// loops acquire (one attempt), and on success a check and a release. It reports successful
+// acquires per second and round trips per successful acquire and per busy attempt.
+func BenchmarkContended(b *testing.B) {
+	for _, tc := range []struct{ clients, capacity int }{{8, 1}, {8, 4}, {32, 4}} {
+		b.Run(fmt.Sprintf("clients=%d/cap=%d", tc.clients, tc.capacity), func(b *testing.B) {
+			db := mongotest.DatabaseName(b)
+			caps := []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: tc.capacity}, {Level: leasestore.LevelTenant, Cap: tc.capacity}}
+			var okRT, busyRT, okN, busyN atomic.Int64
+			stores := make([]*leasestore.Store, tc.clients)
+			counters := make([]*roundTrips, tc.clients)
+			for i := range stores {
+				counters[i] = &roundTrips{}
+				stores[i] = benchStore(b, db, counters[i])
+			}
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			var remaining atomic.Int64
+			remaining.Store(int64(b.N))
+			for i, s := range stores {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rt := counters[i]
+					req := request("hot", "acme", "p", uniq("u", i), caps)
+					for remaining.Add(-1) >= 0 {
+						n0 := rt.n.Load()
+						h, err := s.Acquire(context.Background(), req)
+						switch {
+						case errors.Is(err, leasestore.ErrBusy):
+							busyRT.Add(rt.n.Load() - n0)
+							busyN.Add(1)
+							continue
+						case err != nil:
+							b.Error(err)
+							return
+						}
+						okRT.Add(rt.n.Load() - n0)
+						okN.Add(1)
+						if err := s.Touch(context.Background(), h.Token); err != nil {
+							b.Error(err)
+						}
+						if _, err := s.Release(context.Background(), h.Token); err != nil {
+							b.Error(err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start).Seconds()
+			b.ReportMetric(float64(okN.Load())/elapsed, "acquires/s")
+			if okN.Load() > 0 {
+				b.ReportMetric(float64(okRT.Load())/float64(okN.Load()), "rt/acquire")
+			}
+			if busyN.Load() > 0 {
+				b.ReportMetric(float64(busyRT.Load())/float64(busyN.Load()), "rt/busy")
+			}
+			b.ReportMetric(float64(busyN.Load())/float64(b.N), "busy-ratio")
+		})
+	}
+}

@@ -1,0 +1,342 @@
+package leasestore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// crashAt returns a fault hook that fails (with err) the first time step is reached for a
+// key with the given prefix.
+func crashAt(step leasestore.Step, keyPrefix string, err error) leasestore.FaultFunc {
+	var once sync.Once
+	return func(s leasestore.Step, key string) error {
+		var out error
+		if s == step && strings.HasPrefix(key, keyPrefix) {
+			once.Do(func() { out = err })
+		}
+		return out
+	}
+}
+
+// pair returns a store with a fault hook and a clean store on the same database, with a
+// short reconcile safety margin.
+func pair(t *testing.T, margin time.Duration, fault leasestore.FaultFunc) (faulty, clean *leasestore.Store) {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	clean = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin))
+	faulty = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin), leasestore.WithFault(fault))
+	return faulty, clean
+}
+
+// reconcileRepairs checks that reconcile leaves the drift alone before the safety margin
+// and repairs it after.
+func reconcileRepairs(t *testing.T, s *leasestore.Store, margin time.Duration) {
+	t.Helper()
+	ctx := ctxT(t)
+	before := counts(t, s)
+	drift := false
+	for _, v := range before {
+		drift = drift || v[0] != v[1]
+	}
+	if !drift {
+		t.Fatalf("no drift to repair: %v", before)
+	}
+	res, err := s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Corrected+res.Deleted+res.Created != 0 {
+		t.Errorf("reconcile inside the safety margin changed counters: %+v", res)
+	}
+	time.Sleep(margin + 100*time.Millisecond)
+	res, err = s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Corrected+res.Deleted == 0 {
+		t.Errorf("reconcile after the margin repaired nothing: %+v", res)
+	}
+	assertNoDrift(t, s)
+}
+
+func TestCrashBetweenIncrementAndPush(t *testing.T) {
+	const margin = 500 * time.Millisecond
+	faulty, clean := pair(t, margin, crashAt(leasestore.StepCounterIncremented, "r|tenant|", leasestore.ErrCrash))
+	keep := mustAcquire(t, clean, request("r", "acme", "p", "keep", allCaps(5, 5, 5, 5)))
+
+	_, err := faulty.Acquire(context.Background(), request("r", "acme", "p", "u", allCaps(5, 5, 5, 5)))
+	if !errors.Is(err, leasestore.ErrCrash) {
+		t.Fatalf("acquire = %v, want the simulated crash", err)
+	}
+	// The crashed attempt left a PENDING holder with user and project pushed, and the tenant
+	// counter incremented without a holder that knows it.
+	got := counts(t, clean)
+	if got["r|tenant|acme"] != [2]int{2, 1} {
+		t.Errorf("tenant counter = %v, want count 2 booked 1", got["r|tenant|acme"])
+	}
+	reconcileRepairs(t, clean, margin)
+	if _, err := clean.GetHolder(context.Background(), keep.Token); err != nil {
+		t.Errorf("the healthy holder: %v", err)
+	}
+}
+
+func TestCrashBetweenDeleteAndDecrement(t *testing.T) {
+	const margin = 500 * time.Millisecond
+	faulty, clean := pair(t, margin, crashAt(leasestore.StepHolderDeleted, "", leasestore.ErrCrash))
+	h := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+
+	if _, err := faulty.Release(context.Background(), h.Token); !errors.Is(err, leasestore.ErrCrash) {
+		t.Fatalf("release = %v, want the simulated crash", err)
+	}
+	// Every counter is still at 1 with nobody booking it: the cap-1 slot is blocked.
+	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", allCaps(1, 1, 1, 1))); !errors.Is(err, leasestore.ErrBusy) {
+		t.Fatalf("acquire before reconcile = %v, want busy", err)
+	}
+	reconcileRepairs(t, clean, margin)
+	if len(counts(t, clean)) != 0 {
+		t.Errorf("counters nobody books were not deleted: %v", counts(t, clean))
+	}
+	mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+}
+
+// A store error mid-funnel rolls the attempt back at once: no reconcile needed.
+func TestStoreErrorMidFunnelRollsBack(t *testing.T) {
+	for _, step := range []leasestore.Step{leasestore.StepCounterIncremented, leasestore.StepLevelPushed} {
+		t.Run(string(step), func(t *testing.T) {
+			boom := errors.New("injected store error")
+			faulty, clean := pair(t, time.Minute, crashAt(step, "r|tenant|", boom))
+			_, err := faulty.Acquire(context.Background(), request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+			if !errors.Is(err, leasestore.ErrUnavailable) || !errors.Is(err, boom) {
+				t.Fatalf("acquire = %v, want unavailable caused by the injected error", err)
+			}
+			hs, err := clean.ListHolders(context.Background(), leasestore.HolderFilter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hs) != 0 {
+				t.Errorf("%d holders left after rollback", len(hs))
+			}
+			for k, v := range counts(t, clean) {
+				if v != [2]int{0, 0} {
+					t.Errorf("counter %s = %v after rollback", k, v)
+				}
+			}
+			mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+		})
+	}
+}
+
+// A crash mid-funnel leaves a PENDING holder with some levels: the idle reap (TTL) takes it
+// and returns its pushed levels; reconcile returns the unpushed one.
+func TestCrashMidFunnelIsReapedAfterTTL(t *testing.T) {
+	const margin = 300 * time.Millisecond
+	faulty, clean := pair(t, margin, crashAt(leasestore.StepLevelPushed, "r|project|", leasestore.ErrCrash))
+	req := request("r", "acme", "p", "u", allCaps(1, 1, 1, 1))
+	req.TTL = 300 * time.Millisecond
+	if _, err := faulty.Acquire(context.Background(), req); !errors.Is(err, leasestore.ErrCrash) {
+		t.Fatalf("acquire = %v, want the simulated crash", err)
+	}
+	hs, err := clean.ListHolders(context.Background(), leasestore.HolderFilter{})
+	if err != nil || len(hs) != 1 || hs[0].State != leasestore.StatePending || len(hs[0].Levels) != 2 {
+		t.Fatalf("holders after crash = %+v, %v; want one PENDING with 2 levels", hs, err)
+	}
+	if err := clean.Touch(context.Background(), hs[0].Token); !errors.Is(err, leasestore.ErrLost) {
+		t.Errorf("touch of a pending holder = %v, want lost", err)
+	}
+	time.Sleep(req.TTL + 100*time.Millisecond)
+	reaped, err := clean.ReapIdle(context.Background(), "r")
+	if err != nil || len(reaped) != 1 {
+		t.Fatalf("reap = %v, %v", tokens(reaped), err)
+	}
+	assertNoDrift(t, clean)
+	mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+}
+
+func TestReconcileCorrectsAndRecreates(t *testing.T) {
+	const margin = 300 * time.Millisecond
+	// Crash after deleting the first of two holders: the counters read 2 with 1 booked.
+	faulty, clean := pair(t, margin, crashAt(leasestore.StepHolderDeleted, "", leasestore.ErrCrash))
+	h1 := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(2, 2, 2, 2)))
+	h2 := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(2, 2, 2, 2)))
+	if _, err := faulty.Release(context.Background(), h1.Token); !errors.Is(err, leasestore.ErrCrash) {
+		t.Fatal(err)
+	}
+	time.Sleep(margin + 100*time.Millisecond)
+	res, err := clean.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Corrected != 4 {
+		t.Errorf("reconcile = %+v, want 4 corrected", res)
+	}
+	for k, v := range counts(t, clean) {
+		if v != [2]int{1, 1} {
+			t.Errorf("counter %s = %v, want 1 of 1", k, v)
+		}
+	}
+	if _, err := clean.GetHolder(context.Background(), h2.Token); err != nil {
+		t.Error(err)
+	}
+}
+
+// cutProxy is a TCP forwarder in front of the test server whose connections can be cut,
+// so a test can make the store unreachable mid-operation, on any server.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() { _ = ln.Close(); p.setCut(true) })
+	return p
+}
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		b, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, b)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(b, c); _ = b.Close() }()
+		go func() { _, _ = io.Copy(c, b); _ = c.Close() }()
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// proxiedURI rewrites uri to go through the proxy as a direct connection.
+func proxiedURI(t *testing.T, uri string) (string, string) {
+	t.Helper()
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := strings.Split(u.Host, ",")[0]
+	if !strings.Contains(target, ":") {
+		target += ":27017"
+	}
+	q := u.Query()
+	q.Set("directConnection", "true")
+	q.Del("replicaSet")
+	u.RawQuery = q.Encode()
+	return u.String(), target
+}
+
+func TestUnreachableStoreFailsClosed(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	clean := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(300*time.Millisecond))
+	puri, target := proxiedURI(t, uri)
+	proxy := newCutProxy(t, target)
+	purl, _ := url.Parse(puri)
+	purl.Host = proxy.ln.Addr().String()
+
+	var cutMidFunnel sync.Once
+	fault := func(step leasestore.Step, key string) error {
+		if step == leasestore.StepCounterIncremented && strings.HasPrefix(key, "mid|") {
+			cutMidFunnel.Do(func() { proxy.setCut(true) })
+		}
+		return nil
+	}
+	s := newStoreAt(t, purl.String(), db, leasestore.WithOpTimeout(time.Second), leasestore.WithFault(fault))
+	h := mustAcquire(t, s, request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+
+	proxy.setCut(true)
+	ctx := context.Background()
+	_, err = s.Acquire(ctx, request("r2", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+	if !errors.Is(err, leasestore.ErrUnavailable) || errors.Is(err, leasestore.ErrBusy) {
+		t.Errorf("acquire while unreachable = %v, want unavailable", err)
+	}
+	if err := s.Touch(ctx, h.Token); !errors.Is(err, leasestore.ErrUnavailable) {
+		t.Errorf("touch while unreachable = %v, want unavailable", err)
+	}
+	if _, err := s.Release(ctx, h.Token); !errors.Is(err, leasestore.ErrUnavailable) {
+		t.Errorf("release while unreachable = %v, want unavailable", err)
+	}
+	// Nothing was booked for r2, and the held lease is untouched.
+	if got := counts(t, clean); len(got) != 4 {
+		t.Errorf("counters after the outage = %v, want only r's four", got)
+	}
+
+	// The connection drops in the middle of the funnel: unavailable, never success or busy.
+	proxy.setCut(false)
+	_, err = s.Acquire(ctx, request("mid", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+	if !errors.Is(err, leasestore.ErrUnavailable) {
+		t.Fatalf("acquire cut mid-funnel = %v, want unavailable", err)
+	}
+	proxy.setCut(false)
+	// What the cut left behind (a pending holder, an unpushed increment) is repaired by the
+	// idle reap and reconcile, after which the slot is free again.
+	hs, err := clean.ListHolders(ctx, leasestore.HolderFilter{Resource: "mid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hh := range hs {
+		if hh.State != leasestore.StatePending {
+			t.Errorf("holder left by the cut is %s, want PENDING", hh.State)
+		}
+		if _, _, err := clean.Revoke(ctx, hh.Token, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(400 * time.Millisecond)
+	if _, err := clean.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNoDrift(t, clean)
+	if err := s.Touch(ctx, h.Token); err != nil {
+		t.Errorf("touch after the outage: %v", err)
+	}
+	mustAcquire(t, s, request("mid", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+}

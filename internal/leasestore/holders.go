@@ -1,0 +1,251 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// maxPayloadEntries bounds a holder's payload.
+const maxPayloadEntries = 32
+
+// Touch is the check-at-use: it sets lastSeenAt to the server's now and reports ErrLost
+// when the holder is gone. A touch that matches but does not modify (two in the same
+// millisecond) still counts as held.
+func (s *Store) Touch(ctx context.Context, token string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(StateHeld)}},
+		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}})
+	if err != nil {
+		return unavailable("touching holder", err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("holder %s: %w", token, ErrLost)
+	}
+	return nil
+}
+
+// UpdatePayload replaces the payload of a held lease (values often known only after
+// acquire). It also counts as a touch.
+func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[string]string) error {
+	if len(payload) > maxPayloadEntries {
+		return fmt.Errorf("%w: payload has %d entries, at most %d", ErrInvalid, len(payload), maxPayloadEntries)
+	}
+	if payload == nil {
+		payload = map[string]string{}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(StateHeld)}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: "payload", Value: payload}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
+		})
+	if err != nil {
+		return unavailable("updating payload", err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("holder %s: %w", token, ErrLost)
+	}
+	return nil
+}
+
+// Release gives a lease back: findOneAndDelete on the holder, then one decrement of all its
+// registered levels. Only the deleter decrements, so release is idempotent and safe against
+// a concurrent reap; released is false when the holder was already gone.
+func (s *Store) Release(ctx context.Context, token string) (released bool, err error) {
+	_, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: token}})
+	return ok, err
+}
+
+// deleteHolder deletes one holder matching filter and, having deleted it, decrements its
+// levels. ok is false when nothing matched.
+func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (Holder, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var doc holderDoc
+	err := s.holders.FindOneAndDelete(ctx, filter).Decode(&doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return Holder{}, false, nil
+	case err != nil:
+		return Holder{}, false, unavailable("deleting holder", err)
+	}
+	if err := s.fault(StepHolderDeleted, doc.ID); err != nil {
+		return doc.holder(), true, unavailable("deleting holder "+doc.ID, err)
+	}
+	// The holder is gone: its slots must come back even if the caller gave up meanwhile.
+	dctx, dcancel := s.bound(context.WithoutCancel(ctx))
+	defer dcancel()
+	if err := s.decrement(dctx, doc.Levels); err != nil {
+		return doc.holder(), true, err
+	}
+	return doc.holder(), true, nil
+}
+
+// ReapIdle deletes the holders of resource ("" for all) whose lastSeenAt + TTL lies before
+// the server's now, decrementing their counters, and returns them so that a dispatcher can
+// run their handlers. Each delete is a compare-and-delete on the lastSeenAt it read, so a
+// touch in between makes it miss.
+func (s *Store) ReapIdle(ctx context.Context, resource string) ([]Holder, error) {
+	now, err := s.ServerTime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	filter := bson.D{{Key: "lastSeenAt", Value: bson.D{{Key: "$lt", Value: now}}}}
+	if resource != "" {
+		filter = append(bson.D{{Key: "resource", Value: resource}}, filter...)
+	}
+	candidates, err := s.findHolders(ctx, filter,
+		bson.D{{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1}})
+	if err != nil {
+		return nil, err
+	}
+	var reaped []Holder
+	for _, c := range candidates {
+		ttl := time.Duration(c.TTLSeconds * float64(time.Second))
+		if !c.LastSeenAt.Add(ttl).Before(now) {
+			continue
+		}
+		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.ID}, {Key: "lastSeenAt", Value: c.LastSeenAt}})
+		if err != nil {
+			return reaped, err
+		}
+		if ok {
+			reaped = append(reaped, h)
+		}
+	}
+	return reaped, nil
+}
+
+// HolderPods lists the distinct pods that hold leases.
+func (s *Store) HolderPods(ctx context.Context) ([]PodRef, error) {
+	docs, err := s.findHolders(ctx, bson.D{}, bson.D{{Key: "pod", Value: 1}})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[PodRef]bool{}
+	var pods []PodRef
+	for _, d := range docs {
+		p := PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
+		if !seen[p] {
+			seen[p] = true
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}
+
+// ReapPod deletes every holder of exactly that pod (namespace, name and UID) and returns
+// them; used when the pod is dead.
+func (s *Store) ReapPod(ctx context.Context, pod PodRef) ([]Holder, error) {
+	return s.deleteAll(ctx, bson.D{
+		{Key: "pod.namespace", Value: pod.Namespace},
+		{Key: "pod.name", Value: pod.Name},
+		{Key: "pod.uid", Value: pod.UID},
+	})
+}
+
+// RevokePod deletes every holder of the pod namespace/name, whatever its UID (operator's
+// revoke-pod).
+func (s *Store) RevokePod(ctx context.Context, namespace, name string) ([]Holder, error) {
+	return s.deleteAll(ctx, bson.D{{Key: "pod.namespace", Value: namespace}, {Key: "pod.name", Value: name}})
+}
+
+// Revoke deletes one holder by token; with a tenant, only a holder of that tenant (the
+// tenant binding is in the delete filter). ok is false when nothing matched.
+func (s *Store) Revoke(ctx context.Context, token, tenant string) (Holder, bool, error) {
+	filter := bson.D{{Key: "_id", Value: token}}
+	if tenant != "" {
+		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
+	}
+	return s.deleteHolder(ctx, filter)
+}
+
+// deleteAll deletes, one by one, the holders matching filter, and returns those it deleted.
+func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]Holder, error) {
+	docs, err := s.findHolders(ctx, filter, bson.D{{Key: "_id", Value: 1}})
+	if err != nil {
+		return nil, err
+	}
+	var out []Holder
+	for _, d := range docs {
+		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: d.ID}})
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// GetHolder reads one holder; ErrLost when it does not exist.
+func (s *Store) GetHolder(ctx context.Context, token string) (Holder, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var doc holderDoc
+	err := s.holders.FindOne(ctx, bson.D{{Key: "_id", Value: token}}).Decode(&doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return Holder{}, fmt.Errorf("holder %s: %w", token, ErrLost)
+	case err != nil:
+		return Holder{}, unavailable("reading holder", err)
+	}
+	return doc.holder(), nil
+}
+
+// ListHolders reads the holders matching f, oldest first.
+func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]Holder, error) {
+	filter := bson.D{}
+	if f.Tenant != "" {
+		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
+	}
+	if f.Resource != "" {
+		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
+	}
+	if f.Type != "" {
+		filter = append(filter, bson.E{Key: "type", Value: f.Type})
+	}
+	if f.Pod != "" {
+		ns, name, _ := cutPod(f.Pod)
+		filter = append(filter, bson.E{Key: "pod.namespace", Value: ns}, bson.E{Key: "pod.name", Value: name})
+	}
+	docs, err := s.findHolders(ctx, filter, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Holder, len(docs))
+	for i, d := range docs {
+		out[i] = d.holder()
+	}
+	sortHolders(out)
+	return out, nil
+}
+
+func (s *Store) findHolders(ctx context.Context, filter, projection bson.D) ([]holderDoc, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	opts := options.Find()
+	if projection != nil {
+		opts.SetProjection(projection)
+	}
+	cur, err := s.holders.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, unavailable("reading holders", err)
+	}
+	var docs []holderDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("reading holders", err)
+	}
+	return docs, nil
+}

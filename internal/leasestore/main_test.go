@@ -1,0 +1,118 @@
+package leasestore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	mongotest.Stop()
+	os.Exit(code)
+}
+
+// newStore connects to the test server with a fresh database that is dropped on cleanup.
+func newStore(t testing.TB, opts ...leasestore.Option) *leasestore.Store {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatalf("test MongoDB: %v", err)
+	}
+	return newStoreAt(t, uri, mongotest.DatabaseName(t), opts...)
+}
+
+func newStoreAt(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
+	t.Helper()
+	s, err := leasestore.Connect(uri, db, opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	ctx := context.Background()
+	if err := s.EnsureIndexes(ctx); err != nil {
+		t.Fatalf("indexes: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Drop(ctx)
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// allCaps returns caps for all four levels.
+func allCaps(user, project, tenant, global int) []leasestore.LevelCap {
+	return []leasestore.LevelCap{
+		{Level: leasestore.LevelGlobal, Cap: global},
+		{Level: leasestore.LevelTenant, Cap: tenant},
+		{Level: leasestore.LevelProject, Cap: project},
+		{Level: leasestore.LevelUser, Cap: user},
+	}
+}
+
+func request(resource, tenant, project, user string, caps []leasestore.LevelCap) leasestore.AcquireRequest {
+	return leasestore.AcquireRequest{
+		LeaseName: resource,
+		Resource:  resource,
+		Caps:      caps,
+		Tenant:    tenant,
+		Project:   project,
+		User:      user,
+		Type:      "tex",
+		HolderRef: "job-1",
+		Pod:       leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"},
+		TTL:       time.Hour,
+	}
+}
+
+// counts returns count and booked per counter key.
+func counts(t testing.TB, s *leasestore.Store) map[string][2]int {
+	t.Helper()
+	cs, err := s.ListCounters(context.Background(), leasestore.CounterFilter{})
+	if err != nil {
+		t.Fatalf("list counters: %v", err)
+	}
+	out := map[string][2]int{}
+	for _, c := range cs {
+		out[c.Key] = [2]int{c.Count, c.Booked}
+	}
+	return out
+}
+
+// assertNoDrift fails when a counter differs from the holders that book it.
+func assertNoDrift(t testing.TB, s *leasestore.Store) {
+	t.Helper()
+	for k, v := range counts(t, s) {
+		if v[0] != v[1] {
+			t.Errorf("counter %s: count %d, booked %d", k, v[0], v[1])
+		}
+	}
+}
+
+func key(resource string, l leasestore.Level, tenant, project, user string) string {
+	return leasestore.CounterKey(resource, l, leasestore.ScopeOf(l, tenant, project, user))
+}
+
+func mustAcquire(t testing.TB, s *leasestore.Store, req leasestore.AcquireRequest) leasestore.Holder {
+	t.Helper()
+	h, err := s.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatalf("acquire %s for %s/%s/%s: %v", req.Resource, req.Tenant, req.Project, req.User, err)
+	}
+	return h
+}
+
+func uniq(prefix string, i int) string { return fmt.Sprintf("%s%d", prefix, i) }

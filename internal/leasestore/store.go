@@ -1,0 +1,270 @@
+package leasestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Collection names of the specification's storage model.
+const (
+	CountersCollection = "resource_lease_counters"
+	HoldersCollection  = "resource_lease_holders"
+)
+
+// Defaults of the store options.
+const (
+	DefaultOpTimeout    = 5 * time.Second
+	DefaultSafetyMargin = 60 * time.Second
+)
+
+// Step names a point between two writes of a multi-write operation, where a fault hook
+// (WithFault) can fail the operation or simulate a crash.
+type Step string
+
+// The steps at which WithFault is consulted.
+const (
+	// StepHolderCreated: after the PENDING holder insert, before the first level.
+	StepHolderCreated Step = "holder-created"
+	// StepCounterIncremented: after a level's counter increment, before the key is pushed.
+	StepCounterIncremented Step = "counter-incremented"
+	// StepLevelPushed: after a key was pushed to the holder, before the next level.
+	StepLevelPushed Step = "level-pushed"
+	// StepHolderDeleted: after a holder was deleted (release, rollback, reap, revoke),
+	// before its counters are decremented.
+	StepHolderDeleted Step = "holder-deleted"
+)
+
+// ErrCrash, returned by a fault hook, makes the operation stop where it is, without any
+// cleanup, as a process crash would.
+var ErrCrash = errors.New("simulated crash")
+
+// FaultFunc is consulted at each Step with the counter key or token concerned. A nil
+// return lets the operation go on; ErrCrash (or an error wrapping it) stops it dead; any
+// other error is handled like a store error at that point.
+type FaultFunc func(step Step, key string) error
+
+type config struct {
+	opTimeout    time.Duration
+	safetyMargin time.Duration
+	fault        FaultFunc
+	observe      func(command string)
+}
+
+// Option configures a Store.
+type Option func(*config)
+
+// WithOpTimeout bounds every store call that has no earlier deadline.
+func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
+
+// WithSafetyMargin sets how old a counter must be before reconcile corrects it.
+func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safetyMargin = d } }
+
+// WithFault installs a fault hook (tests only).
+func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
+
+// WithCommandObserver calls f with the name of every command sent to the server (one call
+// per round trip); used by the benchmarks to count round trips.
+func WithCommandObserver(f func(command string)) Option {
+	return func(c *config) { c.observe = f }
+}
+
+// Store keeps counters and holders in one MongoDB database.
+type Store struct {
+	client   *mongo.Client
+	db       *mongo.Database
+	counters *mongo.Collection
+	holders  *mongo.Collection
+	cfg      config
+}
+
+// Connect opens a client for uri and uses the named database. It does not wait for the
+// server; the first call fails with ErrUnavailable when it cannot be reached.
+func Connect(uri, database string, opts ...Option) (*Store, error) {
+	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	copts := options.Client().ApplyURI(uri).
+		SetServerSelectionTimeout(cfg.opTimeout).
+		SetConnectTimeout(cfg.opTimeout)
+	if cfg.observe != nil {
+		observe := cfg.observe
+		copts.SetMonitor(&event.CommandMonitor{
+			Started: func(_ context.Context, e *event.CommandStartedEvent) { observe(e.CommandName) },
+		})
+	}
+	client, err := mongo.Connect(copts)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to MongoDB: %w", err)
+	}
+	db := client.Database(database)
+	return &Store{
+		client:   client,
+		db:       db,
+		counters: db.Collection(CountersCollection),
+		holders:  db.Collection(HoldersCollection),
+		cfg:      cfg,
+	}, nil
+}
+
+// Close disconnects the client.
+func (s *Store) Close(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.client.Disconnect(ctx)
+}
+
+// Drop removes the store's database (tests and development only).
+func (s *Store) Drop(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.db.Drop(ctx); err != nil {
+		return unavailable("dropping database", err)
+	}
+	return nil
+}
+
+// Ping checks that the server answers.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
+		return unavailable("pinging MongoDB", err)
+	}
+	return nil
+}
+
+// ServerTime returns the server's clock (the hello command's localTime). Idle reaping
+// compares holders' lastSeenAt, written with $currentDate, against it, so no pod clock is
+// involved.
+func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var reply struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := s.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&reply); err != nil {
+		return time.Time{}, unavailable("reading server time", err)
+	}
+	if reply.LocalTime.IsZero() {
+		return time.Time{}, unavailable("reading server time", errors.New("hello reply has no localTime"))
+	}
+	return reply.LocalTime, nil
+}
+
+// EnsureIndexes creates the indexes the queries need; it is idempotent.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	holderIdx := []mongo.IndexModel{
+		{Keys: bson.D{{Key: "resource", Value: 1}, {Key: "lastSeenAt", Value: 1}}},
+		{Keys: bson.D{{Key: "pod.uid", Value: 1}}},
+		{Keys: bson.D{{Key: "pod.namespace", Value: 1}, {Key: "pod.name", Value: 1}}},
+		{Keys: bson.D{{Key: "tenant", Value: 1}}},
+	}
+	if _, err := s.holders.Indexes().CreateMany(ctx, holderIdx); err != nil {
+		return unavailable("creating holder indexes", err)
+	}
+	counterIdx := []mongo.IndexModel{
+		{Keys: bson.D{{Key: "resource", Value: 1}}},
+		{Keys: bson.D{{Key: "tenant", Value: 1}}},
+	}
+	if _, err := s.counters.Indexes().CreateMany(ctx, counterIdx); err != nil {
+		return unavailable("creating counter indexes", err)
+	}
+	return nil
+}
+
+// bound gives ctx the store's operation timeout unless it already has an earlier deadline.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.cfg.opTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.cfg.opTimeout)
+}
+
+// fault consults the fault hook, if any.
+func (s *Store) fault(step Step, key string) error {
+	if s.cfg.fault == nil {
+		return nil
+	}
+	return s.cfg.fault(step, key)
+}
+
+// newToken returns a random 128-bit holder token.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generating token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// counterDoc is a document of resource_lease_counters.
+type counterDoc struct {
+	ID       string `bson:"_id"`
+	Resource string `bson:"resource"`
+	Level    string `bson:"level"`
+	Scope    string `bson:"scope"`
+	// Tenant is empty for the global level, which belongs to no tenant.
+	Tenant    string    `bson:"tenant"`
+	Count     int       `bson:"count"`
+	UpdatedAt time.Time `bson:"updatedAt"`
+}
+
+// podDoc is the pod of a holder document.
+type podDoc struct {
+	Namespace string `bson:"namespace"`
+	Name      string `bson:"name"`
+	UID       string `bson:"uid"`
+}
+
+// holderDoc is a document of resource_lease_holders.
+type holderDoc struct {
+	ID         string            `bson:"_id"`
+	State      string            `bson:"state"`
+	LeaseName  string            `bson:"leaseName"`
+	Resource   string            `bson:"resource"`
+	Type       string            `bson:"type"`
+	Tenant     string            `bson:"tenant"`
+	Project    string            `bson:"project"`
+	User       string            `bson:"user"`
+	HolderRef  string            `bson:"holderRef"`
+	Pod        podDoc            `bson:"pod"`
+	PodBound   bool              `bson:"podBound"`
+	Payload    map[string]string `bson:"payload"`
+	TTLSeconds float64           `bson:"ttlSeconds"`
+	Levels     []string          `bson:"levels"`
+	AcquiredAt time.Time         `bson:"acquiredAt"`
+	LastSeenAt time.Time         `bson:"lastSeenAt"`
+}
+
+func (d holderDoc) holder() Holder {
+	return Holder{
+		Token:      d.ID,
+		State:      HolderState(d.State),
+		LeaseName:  d.LeaseName,
+		Resource:   d.Resource,
+		Type:       d.Type,
+		Tenant:     d.Tenant,
+		Project:    d.Project,
+		User:       d.User,
+		HolderRef:  d.HolderRef,
+		Pod:        PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID},
+		PodBound:   d.PodBound,
+		Payload:    d.Payload,
+		TTL:        time.Duration(d.TTLSeconds * float64(time.Second)),
+		Levels:     d.Levels,
+		AcquiredAt: d.AcquiredAt,
+		LastSeenAt: d.LastSeenAt,
+	}
+}
