@@ -1,0 +1,233 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Scope names of the layers (specification §2). A LeaseDefinition with tenant SystemTenant and
+// project TenantProject is the system layer, one with a tenant ID and project TenantProject is
+// the tenant layer, and one with a tenant and a project ID is the project layer.
+const (
+	// SystemTenant is the tenant of the system layer.
+	SystemTenant = "_vance"
+	// TenantProject is the project of the system and the tenant layer.
+	TenantProject = "_tenant"
+)
+
+// Condition types of a LeaseDefinition.
+const (
+	// ConditionReady is True when the object is valid, is the only one for its
+	// (leaseName, tenant, project), and the merged definition at its scope resolves.
+	ConditionReady = "Ready"
+	// ConditionFieldsIgnored is True when the object sets fields its layer does not own; the
+	// fields are listed in status.ignoredFields and take no effect.
+	ConditionFieldsIgnored = "FieldsIgnored"
+)
+
+// Reasons of the Ready condition.
+const (
+	// ReasonResolved: the merged definition at this object's scope resolves (Ready=True).
+	ReasonResolved = "Resolved"
+	// ReasonInvalid: the object itself fails validation; its scopes are unavailable.
+	ReasonInvalid = "Invalid"
+	// ReasonConflict: another object has the same (leaseName, tenant, project); the scopes
+	// that would use either of them are unavailable until one is removed.
+	ReasonConflict = "Conflict"
+	// ReasonLayerUnavailable: a layer this object's scope depends on (the built-in default or
+	// a wider LeaseDefinition) is broken, so the scope is unavailable.
+	ReasonLayerUnavailable = "LayerUnavailable"
+)
+
+// Reasons of the FieldsIgnored condition.
+const (
+	// ReasonFieldsNotOwned: some fields are set on a layer that does not own them.
+	ReasonFieldsNotOwned = "FieldsNotOwned"
+	// ReasonAllFieldsOwned: every field set is owned by this object's layer.
+	ReasonAllFieldsOwned = "AllFieldsOwned"
+)
+
+// LeaseLevels are the quota caps of the four levels of the funnel. An unset level is not
+// capped (pass-through); a cap of 1 makes the lease exclusive at that level.
+type LeaseLevels struct {
+	// global is the cap across all tenants, the resource ceiling. Owned by the built-in and
+	// the system layer; ignored on a tenant or project layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Global *int32 `json:"global,omitempty"`
+
+	// tenant is the cap per tenant. Owned by the built-in, system and tenant layers; ignored
+	// on a project layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Tenant *int32 `json:"tenant,omitempty"`
+
+	// project is the cap per project. Owned by every layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Project *int32 `json:"project,omitempty"`
+
+	// user is the cap per user across the user's projects. Owned by every layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	User *int32 `json:"user,omitempty"`
+}
+
+// LeaseDefinitionSpec is one layer document of a lease definition (specification §2).
+// +kubebuilder:validation:XValidation:rule="self.tenant != '_vance' || self.project == '_tenant'",message="the system layer (tenant _vance) must have project _tenant"
+type LeaseDefinitionSpec struct {
+	// leaseName is the name consumers reference (for example tex or browser). Lease names are
+	// path segments: a letter or digit, then up to 63 letters, digits, '_' or '-'. Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="leaseName is immutable"
+	LeaseName string `json:"leaseName"`
+
+	// tenant is the scope's tenant: _vance for the system layer, otherwise a tenant ID (a
+	// letter or digit, then up to 63 letters, digits, '_', '.' or '-'). Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(_vance|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tenant is immutable"
+	Tenant string `json:"tenant"`
+
+	// project is the scope's project: _tenant for the system and the tenant layer, otherwise a
+	// project ID of the tenant (same syntax as a tenant ID). Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(_tenant|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="project is immutable"
+	Project string `json:"project"`
+
+	// resource is the counter key; leases of different names with the same resource share one
+	// funnel. Defaults to the lease name. Owned by the built-in, system and tenant layers;
+	// ignored on a project layer.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
+	Resource *string `json:"resource,omitempty"`
+
+	// levels are the caps this layer sets; unset levels are inherited from wider layers.
+	// +optional
+	Levels *LeaseLevels `json:"levels,omitempty"`
+
+	// ttlSeconds is the idle time after the last check after which a holder is reaped. Owned
+	// by every layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	TTLSeconds *int32 `json:"ttlSeconds,omitempty"`
+
+	// waitMs is how long an acquisition waits for a free slot before it fails busy; 0 fails
+	// at once. Owned by every layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=600000
+	WaitMs *int32 `json:"waitMs,omitempty"`
+}
+
+// EffectiveDefinition is the merged definition at an object's scope: what an acquisition in
+// that scope gets.
+type EffectiveDefinition struct {
+	// resource is the counter key.
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	Resource string `json:"resource"`
+
+	// levels are the merged caps; an absent level is not capped.
+	// +optional
+	Levels *LeaseLevels `json:"levels,omitempty"`
+
+	// ttlSeconds is the merged idle TTL.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	TTLSeconds int32 `json:"ttlSeconds"`
+
+	// waitMs is the merged wait for a free slot.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	WaitMs int32 `json:"waitMs"`
+
+	// noop is true when no level is capped: acquisitions succeed without touching the store.
+	// +optional
+	NoOp bool `json:"noop,omitempty"`
+}
+
+// LeaseDefinitionStatus is the observed state of a LeaseDefinition.
+type LeaseDefinitionStatus struct {
+	// conditions are Ready and FieldsIgnored.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the generation of the spec the status was computed from.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// ignoredFields lists the fields set on this object that its layer does not own (for
+	// example levels.global on a tenant layer). They take no effect.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=32
+	IgnoredFields []string `json:"ignoredFields,omitempty"`
+
+	// effective is the merged definition at this object's scope (built-in, system, tenant and
+	// project layers as far as they apply). Absent while the scope is unavailable.
+	// +optional
+	Effective *EffectiveDefinition `json:"effective,omitempty"`
+}
+
+// LeaseDefinition is one layer of a lease definition: the system layer (tenant _vance,
+// project _tenant), a tenant layer (project _tenant) or a project layer. The definitions of
+// a lease name are merged field by field, most specific owning layer first.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ldef
+// +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.spec.leaseName`
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
+// +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.project`
+// +kubebuilder:printcolumn:name="Global",type=integer,JSONPath=`.spec.levels.global`
+// +kubebuilder:printcolumn:name="Per-Tenant",type=integer,JSONPath=`.spec.levels.tenant`
+// +kubebuilder:printcolumn:name="Per-Project",type=integer,JSONPath=`.spec.levels.project`
+// +kubebuilder:printcolumn:name="Per-User",type=integer,JSONPath=`.spec.levels.user`
+// +kubebuilder:printcolumn:name="TTL",type=integer,JSONPath=`.spec.ttlSeconds`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Resource",type=string,priority=1,JSONPath=`.status.effective.resource`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type LeaseDefinition struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the layer document.
+	// +required
+	Spec LeaseDefinitionSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status LeaseDefinitionStatus `json:"status,omitempty"`
+}
+
+// LeaseDefinitionList is a list of LeaseDefinition.
+//
+// +kubebuilder:object:root=true
+type LeaseDefinitionList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the LeaseDefinitions.
+	Items []LeaseDefinition `json:"items"`
+}

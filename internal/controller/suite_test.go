@@ -1,0 +1,148 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/controller"
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+)
+
+// envtestVersionDir is the directory hack/envtest-bins.sh builds the control plane into,
+// under ${XDG_CACHE_HOME:-~/.cache}/lease-operator/envtest.
+const envtestVersionDir = "k8s-1.37.2-etcd-3.6.16"
+
+// suiteBuiltin is a built-in definition only this suite knows (as if from --defaults-dir).
+const suiteBuiltin = `name: suitebuiltin
+resource: pool-a
+levels:
+  global: 10
+  tenant: 4
+  project: 2
+ttlSeconds: 60
+`
+
+var (
+	assetsDir string
+	testEnv   *envtest.Environment
+	k8sClient client.Client
+	resolver  *definition.Resolver
+	stopMgr   context.CancelFunc
+	mgrDone   chan struct{}
+)
+
+func TestControllers(t *testing.T) {
+	dir, err := binaryAssets()
+	if err != nil {
+		t.Skip(err.Error())
+	}
+	assetsDir = dir
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controller Suite")
+}
+
+// binaryAssets returns KUBEBUILDER_ASSETS if set, otherwise the cache directory of
+// hack/envtest-bins.sh when it holds both binaries.
+func binaryAssets() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and there is no cache directory (%w); run: KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh) go test ./internal/controller/...", err)
+	}
+	dir := filepath.Join(cache, "lease-operator", "envtest", envtestVersionDir)
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and %s has no %s; run: KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh) go test ./internal/controller/...", dir, bin)
+		}
+	}
+	return dir, nil
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	SetDefaultEventuallyTimeout(15 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assetsDir,
+	}
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(leasev1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+
+	builtins, err := definition.LoadBuiltins(fstest.MapFS{"suitebuiltin.yaml": {Data: []byte(suiteBuiltin)}})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(builtins.Problems()).To(BeEmpty())
+	// The same wiring as cmd/manager.
+	resolver = definition.NewResolver(builtins, k8ssource.New(mgr.GetCache()))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopMgr = cancel
+	Expect(controller.SetupLeaseDefinitions(ctx, mgr, resolver)).To(Succeed())
+
+	mgrDone = make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(mgrDone)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+})
+
+var _ = AfterSuite(func() {
+	if stopMgr != nil {
+		stopMgr()
+		Eventually(mgrDone).WithTimeout(30 * time.Second).Should(BeClosed())
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// freshNamespace creates a namespace for one spec and deletes it afterwards.
+func freshNamespace(ctx context.Context) string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ldef-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, ns))).To(Succeed())
+	})
+	return ns.Name
+}

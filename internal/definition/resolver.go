@@ -1,0 +1,201 @@
+package definition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrLayerRead marks an UnavailableError caused by a failure to read the stored documents
+// (rather than by a broken document); a retry may succeed.
+var ErrLayerRead = errors.New("reading lease definitions")
+
+// LayerSource reads the stored layer documents (system, tenant, project).
+type LayerSource interface {
+	// Layers returns every document stored under key, with Kind and Source set. More than one
+	// document is a conflict. An error means the documents could not be read.
+	Layers(ctx context.Context, key LayerKey) ([]Layer, error)
+}
+
+// DefaultReadTimeout bounds one resolution's reads from the LayerSource.
+const DefaultReadTimeout = 5 * time.Second
+
+// Resolver resolves lease references to merged definitions and caches them per
+// (tenant, project, name). Failed resolutions are never cached. It is safe for concurrent use.
+//
+// The cache must be invalidated on every change of a stored document (Invalidate with the
+// document's key); every replica does this from its own informer, so invalidation is
+// cross-pod by construction.
+type Resolver struct {
+	builtins    *Builtins
+	source      LayerSource
+	readTimeout time.Duration
+
+	mu    sync.RWMutex
+	epoch uint64                             // bumped by every invalidation
+	cache map[string]map[scopeKey]Definition // name -> scope -> definition
+}
+
+type scopeKey struct{ tenant, project string }
+
+// Option configures a Resolver.
+type Option func(*Resolver)
+
+// WithReadTimeout bounds one resolution's reads from the LayerSource (default
+// DefaultReadTimeout).
+func WithReadTimeout(d time.Duration) Option {
+	return func(r *Resolver) { r.readTimeout = d }
+}
+
+// NewResolver returns a Resolver over the built-in layer (nil for none) and the stored layers
+// (nil for none: built-in definitions only).
+func NewResolver(builtins *Builtins, source LayerSource, opts ...Option) *Resolver {
+	r := &Resolver{
+		builtins:    builtins,
+		source:      source,
+		readTimeout: DefaultReadTimeout,
+		cache:       map[string]map[scopeKey]Definition{},
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Resolve returns the merged definition of the lease reference name for an acquisition in
+// (tenant, project). The reference "none" or "" is a NOOP. Errors: *InvalidError (ErrInvalid)
+// for a bad name or scope, *UnavailableError (ErrUnavailable) when a layer is broken, in
+// conflict or unreadable.
+func (r *Resolver) Resolve(ctx context.Context, tenant, project, name string) (Definition, error) {
+	if name == "" || name == NoneReference {
+		return Definition{}, nil
+	}
+	if err := validateReference(tenant, project, name); err != nil {
+		return Definition{}, err
+	}
+	sk := scopeKey{tenant, project}
+	r.mu.RLock()
+	d, ok := r.cache[name][sk]
+	epoch := r.epoch
+	r.mu.RUnlock()
+	if ok {
+		return d, nil
+	}
+
+	res, err := r.explain(ctx, tenant, project, name)
+	if err != nil {
+		return Definition{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// An invalidation since the read may have been for a document this result was built
+	// without; return the result but do not cache it.
+	if r.epoch == epoch {
+		if r.cache[name] == nil {
+			r.cache[name] = map[scopeKey]Definition{}
+		}
+		r.cache[name][sk] = res.Definition
+	}
+	return res.Definition, nil
+}
+
+// ResolveInline checks and resolves an inline definition (see Inline).
+func (r *Resolver) ResolveInline(tenant, project string, spec InlineSpec) (Definition, error) {
+	return Inline(tenant, project, spec)
+}
+
+// Explain merges the definition of name in (tenant, project) from the current documents,
+// bypassing the cache, and returns it with its provenance and the ignored fields. Tenant
+// SystemTenant with project TenantProject gives the system scope, project TenantProject the
+// tenant-wide scope.
+func (r *Resolver) Explain(ctx context.Context, tenant, project, name string) (Result, error) {
+	if err := validateReference(tenant, project, name); err != nil {
+		return Result{}, err
+	}
+	return r.explain(ctx, tenant, project, name)
+}
+
+func validateReference(tenant, project, name string) error {
+	if !ValidName(name) {
+		return &InvalidError{Field: "lease", Detail: fmt.Sprintf("%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", name)}
+	}
+	return ValidateScope(tenant, project)
+}
+
+func (r *Resolver) explain(ctx context.Context, tenant, project, name string) (Result, error) {
+	scope := LayerKey{Name: name, Tenant: tenant, Project: project}
+	unavailable := func(source string, err error) error {
+		return &UnavailableError{Name: name, Tenant: tenant, Project: project, Source: source, Err: err}
+	}
+	stack := Stack{Scope: scope}
+	builtin, err := r.builtins.Layer(name)
+	if err != nil {
+		var ue *UnavailableError
+		if errors.As(err, &ue) {
+			return Result{}, unavailable(ue.Source, ue.Err)
+		}
+		return Result{}, unavailable("built-in layer", err)
+	}
+	stack.Builtin = builtin
+
+	if r.source == nil {
+		return Merge(stack) // built-in layer only
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.readTimeout)
+	defer cancel()
+	for _, key := range ScopeKeys(tenant, project, name) {
+		docs, err := r.source.Layers(ctx, key)
+		if err != nil {
+			return Result{}, unavailable(string(key.Kind())+" layer "+key.String(), fmt.Errorf("%w: %w", ErrLayerRead, err))
+		}
+		switch len(docs) {
+		case 0:
+			continue
+		case 1:
+		default:
+			sources := make([]string, 0, len(docs))
+			for _, d := range docs {
+				sources = append(sources, d.Source)
+			}
+			return Result{}, unavailable(string(key.Kind())+" layer "+key.String(), conflictError(sources))
+		}
+		doc := docs[0]
+		switch key.Kind() {
+		case KindSystem:
+			stack.System = &doc
+		case KindTenant:
+			stack.Tenant = &doc
+		default:
+			stack.Project = &doc
+		}
+	}
+	return Merge(stack)
+}
+
+// Invalidate drops the cached definitions a change of the document under key can affect: a
+// system document drops the name in every scope, a tenant document the name in every scope
+// of that tenant, a project document only that scope.
+func (r *Resolver) Invalidate(key LayerKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.epoch++
+	scopes := r.cache[key.Name]
+	for sk := range scopes {
+		if key.Affects(LayerKey{Name: key.Name, Tenant: sk.tenant, Project: sk.project}) {
+			delete(scopes, sk)
+		}
+	}
+	if len(scopes) == 0 {
+		delete(r.cache, key.Name)
+	}
+}
+
+// InvalidateAll drops every cached definition.
+func (r *Resolver) InvalidateAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.epoch++
+	clear(r.cache)
+}
