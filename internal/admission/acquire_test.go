@@ -1,0 +1,370 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestNoopLeaseHasNoStoreTraffic(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "uncapped", ttlSeconds: 60}}, envOpts{})
+	cases := map[string]admission.Request{
+		"reference none":         req("none", "acme", "p", "u"),
+		"empty reference":        req("", "acme", "p", "u"),
+		"definition without cap": req("uncapped", "acme", "p", "u"),
+		"name without documents": req("nowhere", "acme", "p", "u"),
+		"inline without cap": func() admission.Request {
+			r := req("", "acme", "p", "u")
+			r.Inline = &definition.InlineSpec{Name: "browser", TTLSeconds: ptr(int32(30))}
+			return r
+		}(),
+	}
+	for name, r := range cases {
+		t.Run(name, func(t *testing.T) {
+			l, err := e.svc.Acquire(ctxT(t), r)
+			if err != nil {
+				t.Fatalf("acquire: %v", err)
+			}
+			if !l.NoOp || l.Token != "" || len(l.Levels) != 0 {
+				t.Errorf("lease = %+v, want a NOOP lease", l)
+			}
+		})
+	}
+	if n := e.cmds.total(); n != 0 {
+		t.Errorf("NOOP acquisitions sent %d store commands (%v), want none", n, e.cmds.n)
+	}
+	if got := counter(e.metrics.Acquire, admission.LabelNone, metrics.AcquireNoop); got != 2 {
+		t.Errorf("acquire{resource=none,outcome=noop} = %v, want 2", got)
+	}
+	if got := counter(e.metrics.Acquire, admission.LabelInline, metrics.AcquireNoop); got != 1 {
+		t.Errorf("acquire{resource=mcp-inline,outcome=noop} = %v, want 1", got)
+	}
+}
+
+func TestBusyNamesTheFullLevel(t *testing.T) {
+	// Each case caps one level at 1 and the others generously; the second acquisition
+	// shares only the capped level's scope with the first.
+	cases := map[string]struct {
+		def        leaseDef
+		second     admission.Request
+		wantLevel  leasestore.Level
+		wantScope  string
+		wantBooked []string
+	}{
+		"user": {
+			def:       leaseDef{user: 1, project: 9, tenant: 9, global: 9},
+			second:    req("r", "acme", "other-project", "alice"),
+			wantLevel: leasestore.LevelUser, wantScope: "acme/alice",
+		},
+		"project": {
+			def:       leaseDef{user: 9, project: 1, tenant: 9, global: 9},
+			second:    req("r", "acme", "p1", "bob"),
+			wantLevel: leasestore.LevelProject, wantScope: "acme/p1",
+		},
+		"tenant": {
+			def:       leaseDef{user: 9, project: 9, tenant: 1, global: 9},
+			second:    req("r", "acme", "p2", "bob"),
+			wantLevel: leasestore.LevelTenant, wantScope: "acme",
+		},
+		"global": {
+			def:       leaseDef{user: 9, project: 9, tenant: 9, global: 1},
+			second:    req("r", "globex", "p1", "alice"),
+			wantLevel: leasestore.LevelGlobal, wantScope: leasestore.GlobalScope,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.def.name, tc.def.resource, tc.def.ttlSeconds = "r", "res-"+name, 60
+			e := newEnv(t, []leaseDef{tc.def}, envOpts{})
+			first := mustAcquire(t, e.svc, req("r", "acme", "p1", "alice"))
+			if len(first.Levels) != 4 || first.Levels[0].Level != leasestore.LevelUser || first.Levels[3].Level != leasestore.LevelGlobal {
+				t.Errorf("levels = %+v, want all four narrow to wide", first.Levels)
+			}
+			_, err := e.svc.Acquire(ctxT(t), tc.second)
+			b := asBusy(t, err)
+			want := admission.BusyError{Resource: "res-" + name, Level: tc.wantLevel, Scope: tc.wantScope, Count: 1, Cap: 1}
+			got := *b
+			got.Waited, got.Err = 0, nil
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("busy diagnosis (-want +got):\n%s", diff)
+			}
+			hs, _ := holdersAndCounters(t, e.store)
+			if len(hs) != 1 || hs[0].Token != first.Token {
+				t.Errorf("holders after busy = %d, want only the first", len(hs))
+			}
+			assertNoDrift(t, e.store)
+		})
+	}
+}
+
+func TestCapOneIsExclusive(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "ws", global: 1, ttlSeconds: 60}}, envOpts{})
+	const clients = 6
+	var wg sync.WaitGroup
+	var won, busy atomic.Int32
+	tokens := make(chan string, clients)
+	for i := range clients {
+		wg.Go(func() {
+			r := req("ws", "acme", "p", "u")
+			r.HolderRef = string(rune('a' + i))
+			l, err := e.svc.Acquire(context.Background(), r)
+			switch {
+			case err == nil:
+				won.Add(1)
+				tokens <- l.Token
+			case errors.Is(err, admission.ErrBusy):
+				busy.Add(1)
+			default:
+				t.Errorf("acquire: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	close(tokens)
+	if won.Load() != 1 || busy.Load() != clients-1 {
+		t.Fatalf("won %d, busy %d; want exactly one holder of a cap-1 lease", won.Load(), busy.Load())
+	}
+	assertNoDrift(t, e.store)
+	tok := <-tokens
+	if _, err := e.svc.Acquire(ctxT(t), req("ws", "acme", "p", "u")); !errors.Is(err, admission.ErrBusy) {
+		t.Fatalf("acquire while held = %v, want busy", err)
+	}
+	if out, err := e.svc.Release(ctxT(t), tok); err != nil || out != admission.ReleaseOK {
+		t.Fatalf("release = %q, %v", out, err)
+	}
+	mustAcquire(t, e.svc, req("ws", "acme", "p", "u"))
+}
+
+func TestWaitingSucceedsWhenASlotFrees(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", project: 1, ttlSeconds: 60, waitMs: 10000}}, envOpts{})
+	held := mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))
+
+	var released atomic.Int64 // unix nanos of the release
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		released.Store(time.Now().UnixNano())
+		if _, err := e.svc.Release(context.Background(), held.Token); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	}()
+	start := time.Now()
+	l, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "other"))
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("waiting acquire: %v", err)
+	}
+	if l.Token == "" || l.Token == held.Token || l.Resource != "tex2pdf" {
+		t.Errorf("lease = %+v", l)
+	}
+	if r := released.Load(); r == 0 || time.Now().UnixNano() < r {
+		t.Errorf("acquired before the slot was released")
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("acquired after %v, want soon after the release at ~300ms", elapsed)
+	}
+	assertNoDrift(t, e.store)
+	if got := counter(e.metrics.Acquire, "tex2pdf", metrics.AcquireSuccess); got != 2 {
+		t.Errorf("acquire success = %v, want 2", got)
+	}
+}
+
+func TestWaitDeadline(t *testing.T) {
+	const slack = 1500 * time.Millisecond
+	cases := map[string]struct {
+		defWait  int32
+		reqWait  *time.Duration
+		ctxAfter time.Duration // ctx deadline
+		cancel   time.Duration // ctx cancelled after
+		want     time.Duration // lower bound of the wait
+		wantErr  error         // the busy error also wraps this
+	}{
+		"definition wait":             {defWait: 400, want: 400 * time.Millisecond},
+		"request shortens":            {defWait: 10000, reqWait: waitFor(300 * time.Millisecond), want: 300 * time.Millisecond},
+		"request cannot lengthen":     {defWait: 300, reqWait: waitFor(20 * time.Second), want: 300 * time.Millisecond},
+		"zero wait is one attempt":    {defWait: 10000, reqWait: waitFor(0)},
+		"context deadline shortens":   {defWait: 10000, ctxAfter: 400 * time.Millisecond, wantErr: context.DeadlineExceeded},
+		"context cancel stops a wait": {defWait: 10000, cancel: 300 * time.Millisecond, wantErr: context.Canceled},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: tc.defWait}}, envOpts{})
+			mustAcquire(t, e.svc, req("x", "acme", "p", "u"))
+			ctx := ctxT(t)
+			bound := tc.want
+			if tc.ctxAfter > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.ctxAfter)
+				defer cancel()
+				bound = tc.ctxAfter
+			}
+			if tc.cancel > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				time.AfterFunc(tc.cancel, cancel)
+				bound = tc.cancel
+			}
+			r := req("x", "acme", "p", "v")
+			r.Wait = tc.reqWait
+			start := time.Now()
+			_, err := e.svc.Acquire(ctx, r)
+			elapsed := time.Since(start)
+			b := asBusy(t, err)
+			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Errorf("busy error %v does not wrap %v", err, tc.wantErr)
+			}
+			if elapsed < tc.want || b.Waited < tc.want {
+				t.Errorf("busy after %v (waited %v), want not before %v", elapsed, b.Waited, tc.want)
+			}
+			if elapsed > bound+slack {
+				t.Errorf("busy after %v, want within %v", elapsed, bound+slack)
+			}
+			if b.Level != leasestore.LevelGlobal || b.Count != 1 || b.Cap != 1 {
+				t.Errorf("diagnosis = %+v", b)
+			}
+			if got := counter(e.metrics.Acquire, "x", metrics.AcquireBusy); got != 1 {
+				t.Errorf("acquire busy = %v, want 1", got)
+			}
+			assertNoDrift(t, e.store)
+		})
+	}
+}
+
+func TestUnavailableFailsClosed(t *testing.T) {
+	t.Run("store down", func(t *testing.T) {
+		e := newEnv(t, []leaseDef{{name: "x", global: 3, ttlSeconds: 60, waitMs: 5000}},
+			envOpts{uri: "mongodb://127.0.0.1:1/?connectTimeoutMS=300", storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}})
+		ctx := ctxT(t)
+		start := time.Now()
+		_, err := e.svc.Acquire(ctx, req("x", "acme", "p", "u"))
+		if !errors.Is(err, admission.ErrUnavailable) || errors.Is(err, admission.ErrBusy) {
+			t.Fatalf("acquire with the store down = %v, want unavailable", err)
+		}
+		var ue *admission.UnavailableError
+		if !errors.As(err, &ue) {
+			t.Errorf("error %T is not an *UnavailableError", err)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("acquire took %v with the store down; fail fast, not after the wait", d)
+		}
+		if err := e.svc.Check(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, admission.ErrUnavailable) || errors.Is(err, admission.ErrLost) {
+			t.Errorf("check with the store down = %v, want unavailable", err)
+		}
+		out, err := e.svc.Release(ctx, "0123456789abcdef0123456789abcdef")
+		if out != admission.ReleaseError || !errors.Is(err, admission.ErrUnavailable) {
+			t.Errorf("release with the store down = %q, %v; want error, unavailable", out, err)
+		}
+		if got := counter(e.metrics.Acquire, "x", metrics.AcquireUnavailable); got != 1 {
+			t.Errorf("acquire unavailable = %v, want 1", got)
+		}
+		if got := counter(e.metrics.Release, admission.LabelUnknown, metrics.ReleaseError); got != 1 {
+			t.Errorf("release error = %v, want 1", got)
+		}
+	})
+	t.Run("definition unreadable", func(t *testing.T) {
+		e := newEnv(t, []leaseDef{{name: "x", global: 3, ttlSeconds: 60}}, envOpts{})
+		e.source.fail(errors.New("apiserver gone"))
+		_, err := e.svc.Acquire(ctxT(t), req("x", "acme", "p", "u"))
+		if !errors.Is(err, admission.ErrUnavailable) || !errors.Is(err, definition.ErrUnavailable) {
+			t.Fatalf("acquire with a broken layer = %v, want unavailable", err)
+		}
+		if n := e.cmds.total(); n != 0 {
+			t.Errorf("sent %d store commands with a broken definition", n)
+		}
+		if got := counter(e.metrics.Acquire, "x", metrics.AcquireUnavailable); got != 1 {
+			t.Errorf("acquire unavailable = %v, want 1", got)
+		}
+	})
+}
+
+func TestInlineDefinition(t *testing.T) {
+	e := newEnv(t, nil, envOpts{})
+	r := req("", "acme", "p", "u")
+	r.Type = "mcp"
+	r.Inline = &definition.InlineSpec{Name: "browser", Levels: definition.Levels{User: ptr(int32(1))}, TTLSeconds: ptr(int32(30))}
+	l := mustAcquire(t, e.svc, r)
+	if l.Resource != "mcp-inline:acme/p/browser" || l.TTL != 30*time.Second {
+		t.Errorf("inline lease = %+v", l)
+	}
+	r.Wait = waitFor(0)
+	if _, err := e.svc.Acquire(ctxT(t), r); !errors.Is(err, admission.ErrBusy) {
+		t.Errorf("second inline acquire = %v, want busy", err)
+	}
+	// Tenant IDs never become label values.
+	if got := counter(e.metrics.Acquire, admission.LabelInline, metrics.AcquireSuccess); got != 1 {
+		t.Errorf("acquire{mcp-inline,success} = %v, want 1", got)
+	}
+	if err := e.svc.Check(ctxT(t), l.Token); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(e.metrics.Check, admission.LabelInline, metrics.CheckOK); got != 1 {
+		t.Errorf("check{mcp-inline,ok} = %v, want 1", got)
+	}
+}
+
+func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 0}}, envOpts{})
+	e.listener.block = make(chan struct{}) // a slow handler must not hold up the acquisition
+	defer close(e.listener.block)
+	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
+	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); !errors.Is(err, admission.ErrBusy) {
+		t.Fatalf("acquire before the TTL = %v, want busy", err)
+	}
+	select {
+	case c := <-e.listener.calls:
+		t.Fatalf("listener called before the TTL: %+v", c)
+	default:
+	}
+	time.Sleep(1500 * time.Millisecond) // the holder is idle on the server's clock after 1s
+
+	start := time.Now()
+	fresh, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v"))
+	if err != nil {
+		t.Fatalf("acquire after the TTL = %v, want the idle holder swept", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("acquire took %v: it must not wait for the handler", d)
+	}
+	select {
+	case c := <-e.listener.calls:
+		if c.reason != "idle" || len(c.holders) != 1 || c.holders[0].Token != stale.Token || c.holders[0].Type != "tex" || !c.holders[0].PodBound {
+			t.Errorf("listener got %s %+v, want the idle holder", c.reason, c.holders)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the listener never got the swept holder")
+	}
+	if err := e.svc.Check(ctxT(t), stale.Token); !errors.Is(err, admission.ErrLost) {
+		t.Errorf("check of the swept lease = %v, want lost", err)
+	}
+	if err := e.svc.Check(ctxT(t), fresh.Token); err != nil {
+		t.Errorf("check of the new lease: %v", err)
+	}
+	// The listener (the dispatcher) counts reaps; the service must not count them twice.
+	if got := counter(e.metrics.Reap, metrics.ReapIdle); got != 0 {
+		t.Errorf("reap{idle} counted by the service = %v, want 0 with a listener", got)
+	}
+	assertNoDrift(t, e.store)
+}
+
+func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}}, envOpts{noListener: true})
+	mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
+	// Waits past the TTL: a repeated sweep while waiting frees the slot.
+	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); err != nil {
+		t.Fatalf("acquire waiting past the idle TTL: %v", err)
+	}
+	if got := counter(e.metrics.Reap, metrics.ReapIdle); got != 1 {
+		t.Errorf("reap{idle} = %v, want 1", got)
+	}
+}

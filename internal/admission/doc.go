@@ -1,0 +1,18 @@
+// Package admission is the consumer contract of the lease system (specification §3): acquire
+// with waiting, check-at-use, payload update and idempotent release, on top of the store
+// (internal/leasestore) and the merged definitions (internal/definition).
+//
+// Acquire resolves the lease definition; a reference "none" or "" and a definition without
+// caps give a NOOP lease without any store traffic. Otherwise it makes one attempt at the
+// funnel; while a level is full it sweeps idle holders of that resource (the lazy sweep,
+// handing the reaped holders to the RevocationListener asynchronously) and waits with
+// jittered polling until min(waitMs, the request's waitMs, the context's deadline). While
+// waiting it reads (Store.Probe) and goes down the write path only when every level shows
+// room: waiting costs reads, not writes. Outcomes are a Lease or a typed error: *BusyError
+// (ErrBusy), *UnavailableError (ErrUnavailable, fail closed), *InvalidError (ErrInvalid,
+// naming the field); Check reports ErrLost.
+//
+// Metrics follow specification §8 (internal/metrics). Tenant and user IDs never become
+// label values: inline resources are labelled "mcp-inline", and the number of distinct
+// resource labels is bounded.
+package admission

@@ -1,0 +1,272 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/utils/clock"
+
+	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	mongotest.Stop()
+	os.Exit(code)
+}
+
+// commands counts the store's round trips by command name.
+type commands struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *commands) observe(cmd string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[cmd]++
+}
+
+// writes and reads split the commands the store sends.
+func (c *commands) counts() (reads, writes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cmd, n := range c.n {
+		switch cmd {
+		case "update", "findAndModify", "insert", "delete":
+			writes += n
+		default:
+			reads += n
+		}
+	}
+	return reads, writes
+}
+
+func (c *commands) total() int {
+	r, w := c.counts()
+	return r + w
+}
+
+// leaseDef is a system-layer definition document (the system layer owns every field).
+type leaseDef struct {
+	name, resource                string
+	user, project, tenant, global int32
+	ttlSeconds, waitMs            int32
+}
+
+func (d leaseDef) layer() definition.Layer {
+	l := definition.Layer{Kind: definition.KindSystem, Source: "test " + d.name, Name: d.name,
+		Tenant: definition.SystemTenant, Project: definition.TenantProject}
+	set := func(v int32) *int32 {
+		if v == 0 {
+			return nil
+		}
+		return &v
+	}
+	if d.resource != "" {
+		l.Resource = &d.resource
+	}
+	l.Levels = definition.Levels{Global: set(d.global), Tenant: set(d.tenant), Project: set(d.project), User: set(d.user)}
+	l.TTLSeconds = set(d.ttlSeconds)
+	l.WaitMs = set(d.waitMs)
+	if d.waitMs == 0 {
+		zero := int32(0)
+		l.WaitMs = &zero
+	}
+	return l
+}
+
+// memSource is an in-memory definition.LayerSource.
+type memSource struct {
+	mu   sync.Mutex
+	docs map[definition.LayerKey][]definition.Layer
+	err  error
+}
+
+func newMemSource(defs ...leaseDef) *memSource {
+	m := &memSource{docs: map[definition.LayerKey][]definition.Layer{}}
+	for _, d := range defs {
+		l := d.layer()
+		k := definition.LayerKey{Name: l.Name, Tenant: l.Tenant, Project: l.Project}
+		m.docs[k] = append(m.docs[k], l)
+	}
+	return m
+}
+
+func (m *memSource) Layers(_ context.Context, key definition.LayerKey) ([]definition.Layer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, m.err
+	}
+	return m.docs[key], nil
+}
+
+func (m *memSource) fail(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.err = err
+}
+
+// revoked is one call of the listener.
+type revoked struct {
+	reason  string
+	holders []leasestore.Holder
+}
+
+// chanListener records revocations; with block set, each call waits until block is closed.
+type chanListener struct {
+	calls chan revoked
+	block chan struct{}
+}
+
+func newListener() *chanListener { return &chanListener{calls: make(chan revoked, 16)} }
+
+func (l *chanListener) Revoked(_ context.Context, reason string, holders []leasestore.Holder) {
+	l.calls <- revoked{reason: reason, holders: holders}
+	if l.block != nil {
+		<-l.block
+	}
+}
+
+var _ admission.RevocationListener = (*chanListener)(nil)
+
+// env is a service over a real store in a fresh database.
+type env struct {
+	store    *leasestore.Store
+	cmds     *commands
+	source   *memSource
+	svc      *admission.Service
+	metrics  *metrics.Metrics
+	listener *chanListener
+}
+
+type envOpts struct {
+	clock      clock.WithTicker
+	storeOpts  []leasestore.Option
+	svcOpts    []admission.Option
+	uri        string
+	noListener bool
+}
+
+func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
+	t.Helper()
+	e := &env{cmds: &commands{}, source: newMemSource(defs...), listener: newListener()}
+	uri := o.uri
+	if uri == "" {
+		var err error
+		if uri, err = mongotest.URI(); err != nil {
+			t.Fatalf("test MongoDB: %v", err)
+		}
+	}
+	opts := append([]leasestore.Option{leasestore.WithCommandObserver(e.cmds.observe)}, o.storeOpts...)
+	s, err := leasestore.Connect(uri, mongotest.DatabaseName(t), opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	e.store = s
+	if o.uri == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.EnsureIndexes(ctx); err != nil {
+			t.Fatalf("indexes: %v", err)
+		}
+		e.cmds.mu.Lock()
+		e.cmds.n = nil
+		e.cmds.mu.Unlock()
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if o.uri == "" {
+			_ = s.Drop(ctx)
+		}
+		_ = s.Close(ctx)
+	})
+	e.metrics = metrics.New(prometheus.NewRegistry())
+	var l admission.RevocationListener = e.listener
+	if o.noListener {
+		l = nil
+	}
+	e.svc = admission.NewService(s, definition.NewResolver(nil, e.source), admission.NewStaticTypes("tex", "mcp"),
+		l, o.clock, e.metrics, o.svcOpts...)
+	return e
+}
+
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func req(lease, tenant, project, user string) admission.Request {
+	return admission.Request{Type: "tex", Lease: lease, Tenant: tenant, Project: project, User: user,
+		HolderRef: "job-1", Pod: leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}, PodBound: true}
+}
+
+func waitFor(d time.Duration) *time.Duration { return &d }
+
+func mustAcquire(t testing.TB, svc *admission.Service, r admission.Request) admission.Lease {
+	t.Helper()
+	l, err := svc.Acquire(context.Background(), r)
+	if err != nil {
+		t.Fatalf("acquire %s for %s/%s/%s: %v", r.Lease, r.Tenant, r.Project, r.User, err)
+	}
+	return l
+}
+
+func asBusy(t testing.TB, err error) *admission.BusyError {
+	t.Helper()
+	var b *admission.BusyError
+	if !errors.As(err, &b) || !errors.Is(err, admission.ErrBusy) {
+		t.Fatalf("error = %v, want *BusyError satisfying ErrBusy", err)
+	}
+	if errors.Is(err, admission.ErrUnavailable) {
+		t.Fatalf("busy error %v also reports unavailable", err)
+	}
+	return b
+}
+
+// holdersAndCounters reads the store's state.
+func holdersAndCounters(t testing.TB, s *leasestore.Store) ([]leasestore.Holder, []leasestore.Counter) {
+	t.Helper()
+	ctx := ctxT(t)
+	hs, err := s.ListHolders(ctx, leasestore.HolderFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.ListCounters(ctx, leasestore.CounterFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs, cs
+}
+
+// assertNoDrift fails when a counter differs from the holders that book it, or exceeds cap.
+func assertNoDrift(t testing.TB, s *leasestore.Store) {
+	t.Helper()
+	_, cs := holdersAndCounters(t, s)
+	for _, c := range cs {
+		if c.Drift() {
+			t.Errorf("counter %s: count %d, booked %d", c.Key, c.Count, c.Booked)
+		}
+	}
+}
+
+func counter(c *prometheus.CounterVec, labels ...string) float64 {
+	return testutil.ToFloat64(c.WithLabelValues(labels...))
+}

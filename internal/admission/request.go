@@ -1,0 +1,171 @@
+package admission
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// Request is one acquisition (specification §3, LeaseRequest).
+type Request struct {
+	// Type is the handler type, set by consumer code; it must have a registered handler.
+	Type string
+	// Lease is a name reference; "none" or "" means no lease (NOOP). Exclusive with Inline.
+	Lease string
+	// Inline is an inline definition (no layers, project-private counter).
+	Inline *definition.InlineSpec
+	// Tenant and Project are required; User is required when the user level is capped.
+	Tenant, Project, User string
+	// HolderRef is the consumer's reference (process, job, session).
+	HolderRef string
+	// Pod is the holder's pod; empty when the server does not know it (only idle reap applies).
+	Pod leasestore.PodRef
+	// PodBound tells the reaper that the resource dies with the holder's pod.
+	PodBound bool
+	// Payload is what the handler needs for cleanup; updatable later.
+	Payload map[string]string
+	// Wait, when set, shortens the definition's wait; it never lengthens it.
+	Wait *time.Duration
+}
+
+// Lease is the outcome of a successful acquisition.
+type Lease struct {
+	// Token identifies the holder; empty for a NOOP lease.
+	Token string
+	// NoOp is true when no lease applies: nothing was booked and Check/Release are not needed.
+	NoOp bool
+	// Name is the lease name of the definition.
+	Name string
+	// Resource is the counter key.
+	Resource string
+	// Levels are the booked levels, narrow to wide.
+	Levels []LevelInfo
+	// TTL is the idle time after the last check after which the lease may be reaped.
+	TTL time.Duration
+}
+
+// LevelInfo is one booked level of a lease.
+type LevelInfo struct {
+	Level leasestore.Level
+	Scope string
+	Cap   int
+}
+
+// Bounds of request fields.
+const (
+	// MaxPayloadEntries is the largest number of payload entries (the store's bound).
+	MaxPayloadEntries = 32
+	// MaxPayloadValueBytes bounds one payload value.
+	MaxPayloadValueBytes = 2048
+	// MaxHolderRefBytes bounds the holder reference.
+	MaxHolderRefBytes = 256
+	// MaxWait is the longest wait a request may ask for (the definitions' bound).
+	MaxWait = definition.MaxWaitMs * time.Millisecond
+)
+
+var (
+	typePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// Users are scoped per tenant (tenant/user): no '/' and no '|' (the counter ID separator).
+	userPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$`)
+	// Payload keys are stored as document field names: no '.', no '$'.
+	payloadKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	tokenPattern      = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	// Pod namespace and name: DNS labels and subdomains, bounded.
+	podPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+)
+
+// ValidToken reports whether token is syntactically a lease token.
+func ValidToken(token string) bool { return tokenPattern.MatchString(token) }
+
+// validate checks a request before anything is resolved or written.
+func (s *Service) validate(req Request) error {
+	switch {
+	case req.Type == "":
+		return invalid("type", "is required")
+	case !typePattern.MatchString(req.Type):
+		return invalid("type", "%q is not a valid lease type", truncate(req.Type))
+	case s.types == nil || !s.types.Has(req.Type):
+		return invalid("type", "no handler is registered for lease type %q", req.Type)
+	case req.Inline != nil && req.Lease != "":
+		return invalid("inline", "lease and inline are mutually exclusive")
+	}
+	if req.Lease != "" && req.Lease != definition.NoneReference && !definition.ValidName(req.Lease) {
+		return invalid("lease", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(req.Lease))
+	}
+	if req.Tenant == "" {
+		return invalid("tenant", "is required")
+	}
+	if req.Project == "" {
+		return invalid("project", "is required")
+	}
+	if err := definition.ValidateScope(req.Tenant, req.Project); err != nil {
+		return definitionError("validating scope", err)
+	}
+	if req.User != "" && !userPattern.MatchString(req.User) {
+		return invalid("user", "%q is not a valid user ID", truncate(req.User))
+	}
+	if len(req.HolderRef) > MaxHolderRefBytes || !printable(req.HolderRef) {
+		return invalid("holderRef", "must be printable UTF-8 of at most %d bytes", MaxHolderRefBytes)
+	}
+	if err := validatePod(req.Pod); err != nil {
+		return err
+	}
+	if err := validatePayload(req.Payload); err != nil {
+		return err
+	}
+	if req.Wait != nil && (*req.Wait < 0 || *req.Wait > MaxWait) {
+		return invalid("waitMs", "must be between 0 and %d", MaxWait.Milliseconds())
+	}
+	return nil
+}
+
+func validatePod(p leasestore.PodRef) error {
+	if p == (leasestore.PodRef{}) {
+		return nil
+	}
+	if !podPattern.MatchString(p.Namespace) || !podPattern.MatchString(p.Name) || len(p.UID) > 128 || !printable(p.UID) {
+		return invalid("pod", "%q (uid %q) is not a valid pod", truncate(p.String()), truncate(p.UID))
+	}
+	return nil
+}
+
+func validatePayload(payload map[string]string) error {
+	if len(payload) > MaxPayloadEntries {
+		return invalid("payload", "has %d entries, at most %d", len(payload), MaxPayloadEntries)
+	}
+	for k, v := range payload {
+		if !payloadKeyPattern.MatchString(k) {
+			return invalid("payload", "key %q is not valid (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(k))
+		}
+		if len(v) > MaxPayloadValueBytes || !utf8.ValidString(v) {
+			return invalid("payload", "value of %q must be UTF-8 of at most %d bytes", k, MaxPayloadValueBytes)
+		}
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate shortens a rejected value for an error message.
+func truncate(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s…", s[:n])
+}

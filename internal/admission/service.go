@@ -1,0 +1,254 @@
+package admission
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+)
+
+// Store is the part of the lease store the admission service uses.
+type Store interface {
+	// Acquire makes one attempt at the funnel: a *leasestore.BusyError when a level is full.
+	Acquire(ctx context.Context, req leasestore.AcquireRequest) (leasestore.Holder, error)
+	// Probe reads the funnel's counters and returns the first visibly full level, or nil.
+	Probe(ctx context.Context, resource string, caps []leasestore.LevelCap, tenant, project, user string) (*leasestore.BusyError, error)
+	Touch(ctx context.Context, token string) error
+	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
+	Release(ctx context.Context, token string) (released bool, err error)
+	// ReapIdle deletes the idle holders of resource and returns them.
+	ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error)
+}
+
+var _ Store = (*leasestore.Store)(nil)
+
+// Resolver resolves a lease reference or an inline definition to the merged definition.
+type Resolver interface {
+	// Resolve returns the merged definition of a name reference; "none" or "" is a NOOP.
+	Resolve(ctx context.Context, tenant, project, name string) (definition.Definition, error)
+	// ResolveInline checks an inline definition and returns it.
+	ResolveInline(tenant, project string, spec definition.InlineSpec) (definition.Definition, error)
+}
+
+var _ Resolver = (*definition.Resolver)(nil)
+
+// TypeRegistry knows the lease types that have a revocation handler. A type without one is
+// rejected: the reaper must be able to dispatch its holders later.
+type TypeRegistry interface {
+	Has(leaseType string) bool
+}
+
+// RevocationListener receives holders removed by a reap (here: the lazy idle sweep), to run
+// their handlers (specification §5, §6). Implementations must not block the caller; the
+// service calls it from its own goroutine regardless, so an acquisition never waits for it.
+// The listener counts the holders in vance_lease_reap_total{reason} (the dispatcher does so
+// for every reap path); without a listener the service counts its lazy reaps itself.
+type RevocationListener interface {
+	Revoked(ctx context.Context, reason string, holders []leasestore.Holder)
+}
+
+// StaticTypes is a TypeRegistry of a fixed set of types.
+type StaticTypes map[string]bool
+
+var _ TypeRegistry = StaticTypes(nil)
+
+// NewStaticTypes returns a registry that knows exactly the given types.
+func NewStaticTypes(types ...string) StaticTypes {
+	st := make(StaticTypes, len(types))
+	for _, t := range types {
+		st[t] = true
+	}
+	return st
+}
+
+// Has reports whether the type is known.
+func (st StaticTypes) Has(leaseType string) bool { return st[leaseType] }
+
+// Defaults of the options.
+const (
+	// DefaultPollMin is the shortest pause between two polls of a waiting acquisition.
+	DefaultPollMin = 20 * time.Millisecond
+	// DefaultPollMax is the longest pause between two polls.
+	DefaultPollMax = 500 * time.Millisecond
+	// DefaultSweepInterval is how often, at most, one resource is swept lazily.
+	DefaultSweepInterval = time.Second
+	// DefaultTokenCacheSize bounds the in-process token→resource map that labels the check
+	// and release metrics.
+	DefaultTokenCacheSize = 10000
+	// DefaultMaxResourceLabels bounds the distinct resource label values; further resources
+	// are labelled "other".
+	DefaultMaxResourceLabels = 200
+)
+
+// Metric label values used besides resource names.
+const (
+	// LabelUnknown labels a check or release whose token this process did not hand out.
+	LabelUnknown = "unknown"
+	// LabelOther labels resources beyond the label bound.
+	LabelOther = "other"
+	// LabelInline labels every inline (project-private) resource: their names carry tenant IDs.
+	LabelInline = "mcp-inline"
+	// LabelNone labels a NOOP acquisition that referenced no lease.
+	LabelNone = "none"
+)
+
+// Release outcomes.
+const (
+	ReleaseOK              = metrics.ReleaseOK
+	ReleaseAlreadyReleased = metrics.ReleaseAlreadyReleased
+	ReleaseError           = metrics.ReleaseError
+)
+
+type config struct {
+	pollMin, pollMax time.Duration
+	sweepInterval    time.Duration
+	tokenCacheSize   int
+	maxLabels        int
+	random           func() float64
+}
+
+// Option configures a Service.
+type Option func(*config)
+
+// WithPollInterval sets the bounds of the jittered pause between two polls of a waiting
+// acquisition: each pause is uniformly random between min and a bound that starts at 2·min
+// and doubles per poll up to max.
+func WithPollInterval(lo, hi time.Duration) Option {
+	return func(c *config) { c.pollMin, c.pollMax = lo, hi }
+}
+
+// WithSweepInterval sets how often, at most, the service runs the lazy idle sweep of one
+// resource (when an acquisition finds it full, and again while it waits).
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) { c.sweepInterval = d }
+}
+
+// WithTokenCacheSize bounds the token→resource map used for metric labels.
+func WithTokenCacheSize(n int) Option { return func(c *config) { c.tokenCacheSize = n } }
+
+// WithMaxResourceLabels bounds the number of distinct resource label values.
+func WithMaxResourceLabels(n int) Option { return func(c *config) { c.maxLabels = n } }
+
+// Service is the admission library: acquire, check, payload update and release.
+type Service struct {
+	store    Store
+	resolver Resolver
+	types    TypeRegistry
+	listener RevocationListener
+	clk      clock.WithTicker
+	metrics  *metrics.Metrics
+	cfg      config
+	probe    bool // false only in the benchmark's baseline
+
+	tokens *tokenLabels
+	labels *labelSet
+	sweeps *sweepGate
+
+	dispatching sync.WaitGroup
+}
+
+// NewService builds the admission service. listener may be nil (a reap is then only
+// logged); clk nil is the real clock; m nil gives unregistered metrics.
+func NewService(store Store, resolver Resolver, types TypeRegistry, listener RevocationListener,
+	clk clock.WithTicker, m *metrics.Metrics, opts ...Option) *Service {
+	cfg := config{
+		pollMin:        DefaultPollMin,
+		pollMax:        DefaultPollMax,
+		sweepInterval:  DefaultSweepInterval,
+		tokenCacheSize: DefaultTokenCacheSize,
+		maxLabels:      DefaultMaxResourceLabels,
+		random:         rand.Float64,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.pollMin <= 0 {
+		cfg.pollMin = DefaultPollMin
+	}
+	if cfg.pollMax < cfg.pollMin {
+		cfg.pollMax = cfg.pollMin
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if m == nil {
+		m = metrics.New(nil)
+	}
+	return &Service{
+		store:    store,
+		resolver: resolver,
+		types:    types,
+		listener: listener,
+		clk:      clk,
+		metrics:  m,
+		cfg:      cfg,
+		probe:    true,
+		tokens:   newTokenLabels(cfg.tokenCacheSize),
+		labels:   newLabelSet(cfg.maxLabels),
+		sweeps:   &sweepGate{last: map[string]time.Time{}},
+	}
+}
+
+// Drain waits until the revocation listener calls started by lazy sweeps have returned, or
+// ctx is done. Call it on shutdown.
+func (s *Service) Drain(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.dispatching.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// dispatch hands reaped holders to the listener on its own goroutine: the acquiring call
+// never waits for handlers.
+func (s *Service) dispatch(ctx context.Context, reason string, holders []leasestore.Holder) {
+	log := logf.FromContext(ctx)
+	if s.listener == nil {
+		for _, h := range holders {
+			log.Info("Reaped holder without a revocation listener", "reason", reason,
+				"token", h.Token, "type", h.Type, "resource", h.Resource, "pod", h.Pod.String())
+		}
+		return
+	}
+	dctx := context.WithoutCancel(ctx)
+	s.dispatching.Go(func() { s.listener.Revoked(dctx, reason, holders) })
+}
+
+// sweepGate limits the lazy sweep to once per interval and resource.
+type sweepGate struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// maxSweepGateEntries is the size above which stale entries are pruned.
+const maxSweepGateEntries = 1024
+
+func (g *sweepGate) allow(resource string, now time.Time, every time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t, ok := g.last[resource]; ok && now.Sub(t) < every {
+		return false
+	}
+	if len(g.last) >= maxSweepGateEntries {
+		for r, t := range g.last {
+			if now.Sub(t) >= every {
+				delete(g.last, r)
+			}
+		}
+	}
+	g.last[resource] = now
+	return true
+}

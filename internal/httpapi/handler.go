@@ -1,0 +1,153 @@
+// Package httpapi serves the admission API over HTTP (ARCHITECTURE.md, "HTTP admission
+// API"): acquire, check, payload update, release and the revocation long-poll. The agent
+// (sidecar) serves it on 127.0.0.1 with its own pod as identity; the manager serves it behind
+// a Service and identifies the calling pod itself. Requests are validated before anything is
+// written: malformed JSON, unknown fields, bad names, unknown types and oversized payloads
+// are 400 INVALID_REQUEST naming the field.
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/notify"
+)
+
+// Defaults of the options.
+const (
+	// DefaultMaxBodyBytes bounds a request body.
+	DefaultMaxBodyBytes = 64 << 10
+	// DefaultEventTimeout is the long-poll timeout when the request names none.
+	DefaultEventTimeout = 30 * time.Second
+	// MaxEventTimeout is the longest long-poll a request may ask for.
+	MaxEventTimeout = 60 * time.Second
+)
+
+// PodIdentity returns the pod of the caller of a request. An error satisfying
+// admission.ErrUnavailable is answered 503 (e.g. the pod informer has not synced); any other
+// error 400 INVALID_REQUEST with field "pod". A zero PodRef means "no pod".
+type PodIdentity func(*http.Request) (leasestore.PodRef, error)
+
+// Option configures the handler.
+type Option func(*handler)
+
+// WithPodIdentity sets how the holder's pod is determined. Without it holders have no pod:
+// only the idle reap applies to them.
+func WithPodIdentity(f PodIdentity) Option { return func(h *handler) { h.identity = f } }
+
+// WithEvents serves GET /v1/leases/{token}/events, a long-poll on the hub. Without it the
+// route is not served.
+func WithEvents(hub *notify.Hub) Option { return func(h *handler) { h.hub = hub } }
+
+// WithMaxWait caps the wait of every acquisition served here (it shortens, never lengthens,
+// the definition's waitMs), so that an answer always fits in the server's write timeout. Set
+// it below http.Server.WriteTimeout; without it a wait may last up to admission.MaxWait.
+func WithMaxWait(d time.Duration) Option { return func(h *handler) { h.maxWait = &d } }
+
+// WithMaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
+func WithMaxBodyBytes(n int64) Option { return func(h *handler) { h.maxBody = n } }
+
+type handler struct {
+	svc      *admission.Service
+	identity PodIdentity
+	hub      *notify.Hub
+	maxBody  int64
+	maxWait  *time.Duration
+	mux      *http.ServeMux
+}
+
+// NewHandler returns the HTTP admission API:
+//
+//	POST   /v1/leases                   acquire
+//	POST   /v1/leases/{token}/check     check-at-use (touch)
+//	PUT    /v1/leases/{token}/payload   replace the payload
+//	DELETE /v1/leases/{token}           release (idempotent)
+//	GET    /v1/leases/{token}/events    long-poll for a revocation (WithEvents)
+//
+// A server running it needs a write timeout above the longest wait (waitMs, at most
+// admission.MaxWait, or WithMaxWait) and the long-poll bound (MaxEventTimeout).
+func NewHandler(svc *admission.Service, opts ...Option) http.Handler {
+	h := &handler{svc: svc, maxBody: DefaultMaxBodyBytes, mux: http.NewServeMux()}
+	for _, o := range opts {
+		o(h)
+	}
+	h.mux.HandleFunc("POST /v1/leases", h.acquire)
+	h.mux.HandleFunc("POST /v1/leases/{token}/check", h.check)
+	h.mux.HandleFunc("PUT /v1/leases/{token}/payload", h.updatePayload)
+	h.mux.HandleFunc("DELETE /v1/leases/{token}", h.release)
+	if h.hub != nil {
+		h.mux.HandleFunc("GET /v1/leases/{token}/events", h.events)
+	}
+	return h.mux
+}
+
+func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
+	var body acquireBody
+	if err := h.decode(w, r, &body); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	req, err := body.request()
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if h.maxWait != nil && (req.Wait == nil || *req.Wait > *h.maxWait) {
+		req.Wait = h.maxWait
+	}
+	if h.identity != nil {
+		pod, err := h.identity(r)
+		if err != nil {
+			if !errors.Is(err, admission.ErrUnavailable) {
+				err = &admission.InvalidError{Field: "pod", Detail: "the calling pod is not known: " + err.Error()}
+			}
+			writeError(w, r, err)
+			return
+		}
+		req.Pod = pod
+	}
+	lease, err := h.svc.Acquire(r.Context(), req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, leaseResponse(lease))
+}
+
+func (h *handler) check(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.Check(r.Context(), r.PathValue("token")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+}
+
+func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {
+	token := r.PathValue("token")
+	if !admission.ValidToken(token) {
+		writeError(w, r, &admission.InvalidError{Field: "token", Detail: "is not a valid lease token"})
+		return
+	}
+	var body payloadBody
+	if err := h.decode(w, r, &body); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := h.svc.UpdatePayload(r.Context(), token, body.Payload); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+}
+
+func (h *handler) release(w http.ResponseWriter, r *http.Request) {
+	outcome, err := h.svc.Release(r.Context(), r.PathValue("token"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeBody{Outcome: outcome})
+}

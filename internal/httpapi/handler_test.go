@@ -1,0 +1,368 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/notify"
+)
+
+const texBody = `{"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice","holderRef":"job-7","podBound":true,"payload":{"jobId":"j-1"}}`
+
+func TestLeaseLifecycle(t *testing.T) {
+	pod := leasestore.PodRef{Namespace: "apps", Name: "brain-0", UID: "uid-1"}
+	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", project: 1, global: 6, ttlSeconds: 120, waitMs: 10000}},
+		envOpts{httpOpts: []httpapi.Option{httpapi.WithPodIdentity(httpapi.StaticPodIdentity(pod))}})
+
+	status, out := e.do(t, http.MethodPost, "/v1/leases", texBody)
+	if status != http.StatusOK {
+		t.Fatalf("acquire = %d %v", status, out)
+	}
+	token, _ := out["token"].(string)
+	want := map[string]any{
+		"token": token, "noop": false, "lease": "tex", "resource": "tex2pdf", "ttlSeconds": float64(120),
+		"levels": []any{
+			map[string]any{"level": "project", "scope": "acme/p1", "cap": float64(1)},
+			map[string]any{"level": "global", "scope": "*", "cap": float64(6)},
+		},
+	}
+	if diff := cmp.Diff(want, out); diff != "" || len(token) != 32 {
+		t.Errorf("acquire answer (-want +got):\n%s", diff)
+	}
+	h, err := e.store.GetHolder(context.Background(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Pod != pod || !h.PodBound || h.Type != "tex" || h.HolderRef != "job-7" || h.User != "alice" || h.Payload["jobId"] != "j-1" {
+		t.Errorf("stored holder = %+v", h)
+	}
+
+	if status, out := e.do(t, http.MethodPost, "/v1/leases/"+token+"/check", ""); status != http.StatusOK || out["outcome"] != "ok" {
+		t.Errorf("check = %d %v", status, out)
+	}
+	if status, out := e.do(t, http.MethodPut, "/v1/leases/"+token+"/payload", `{"payload":{"jobId":"j-2","endpoint":"http://x"}}`); status != http.StatusOK {
+		t.Errorf("payload = %d %v", status, out)
+	}
+	if h, err := e.store.GetHolder(context.Background(), token); err != nil || h.Payload["jobId"] != "j-2" || h.Payload["endpoint"] != "http://x" {
+		t.Errorf("payload after update = %v, %v", h.Payload, err)
+	}
+
+	// A second acquisition of the cap-1 project waits; releasing the first lets it in.
+	done := make(chan string, 1)
+	go func() {
+		_, out := e.do(t, http.MethodPost, "/v1/leases", strings.Replace(texBody, "alice", "bob", 1))
+		tok, _ := out["token"].(string)
+		done <- tok
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case tok := <-done:
+		t.Fatalf("second acquisition returned %q while the slot was held", tok)
+	default:
+	}
+	for i, wantOutcome := range []string{"ok", "already-released"} {
+		status, out := e.do(t, http.MethodDelete, "/v1/leases/"+token, "")
+		if status != http.StatusOK || out["outcome"] != wantOutcome {
+			t.Errorf("release #%d = %d %v, want %s", i+1, status, out, wantOutcome)
+		}
+	}
+	select {
+	case tok := <-done:
+		if tok == "" {
+			t.Fatal("the waiting acquisition failed after the release")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting acquisition did not get the freed slot")
+	}
+	status, out = e.do(t, http.MethodPost, "/v1/leases/"+token+"/check", "")
+	if status != http.StatusGone || out["error"] != httpapi.CodeLost {
+		t.Errorf("check after release = %d %v, want 410 LEASE_LOST", status, out)
+	}
+	if got := testutil.ToFloat64(e.metrics.Acquire.WithLabelValues("tex2pdf", metrics.AcquireSuccess)); got != 2 {
+		t.Errorf("acquire{tex2pdf,success} = %v, want 2", got)
+	}
+}
+
+func TestNoopAnswer(t *testing.T) {
+	e := newEnv(t, nil, envOpts{})
+	for _, lease := range []string{`"lease":"none",`, ``} {
+		status, out := e.do(t, http.MethodPost, "/v1/leases", `{"type":"tex",`+lease+`"tenant":"acme","project":"p1"}`)
+		if status != http.StatusOK || !cmp.Equal(out, map[string]any{"noop": true}) {
+			t.Errorf("NOOP acquire = %d %v, want 200 {noop:true}", status, out)
+		}
+	}
+	if n := e.cmds.get(); n != 0 {
+		t.Errorf("NOOP acquisitions sent %d store commands", n)
+	}
+}
+
+func TestBusyAnswer(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", project: 1, ttlSeconds: 60, waitMs: 10000}}, envOpts{})
+	e.acquire(t, texBody)
+	start := time.Now()
+	status, out := e.do(t, http.MethodPost, "/v1/leases", strings.Replace(texBody, `"lease"`, `"waitMs":300,"lease"`, 1))
+	elapsed := time.Since(start)
+	if status != http.StatusConflict || out["error"] != httpapi.CodeBusy {
+		t.Fatalf("busy acquire = %d %v, want 409 LEASE_BUSY", status, out)
+	}
+	waited, _ := out["waitedMs"].(float64)
+	delete(out, "waitedMs")
+	delete(out, "message")
+	want := map[string]any{"error": "LEASE_BUSY", "resource": "tex2pdf", "level": "project", "scope": "acme/p1",
+		"count": float64(1), "cap": float64(1)}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("busy answer (-want +got):\n%s", diff)
+	}
+	if waited < 300 || elapsed < 300*time.Millisecond || elapsed > 2*time.Second {
+		t.Errorf("waited %vms, answered after %v; want the request's 300ms, not the definition's 10s", waited, elapsed)
+	}
+}
+
+func TestMaxWaitCapsTheWait(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", project: 1, ttlSeconds: 60, waitMs: 10000}},
+		envOpts{httpOpts: []httpapi.Option{httpapi.WithMaxWait(300 * time.Millisecond)}})
+	e.acquire(t, texBody)
+	for _, body := range []string{texBody, strings.Replace(texBody, `"lease"`, `"waitMs":5000,"lease"`, 1)} {
+		start := time.Now()
+		status, out := e.do(t, http.MethodPost, "/v1/leases", body)
+		if elapsed := time.Since(start); status != http.StatusConflict || elapsed < 300*time.Millisecond || elapsed > 2*time.Second {
+			t.Errorf("acquire = %d %v after %v, want 409 after the server's 300ms cap", status, out, elapsed)
+		}
+	}
+}
+
+func TestUnavailableAnswer(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", global: 1, ttlSeconds: 60, waitMs: 5000}},
+		envOpts{uri: "mongodb://127.0.0.1:1/?connectTimeoutMS=300", storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}})
+	tok := strings.Repeat("ab", 16)
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/leases", texBody},
+		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
+		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{}}`},
+		{http.MethodDelete, "/v1/leases/" + tok, ""},
+	} {
+		status, out := e.do(t, c.method, c.path, c.body)
+		if status != http.StatusServiceUnavailable || out["error"] != httpapi.CodeUnavailable || out["message"] == "" {
+			t.Errorf("%s %s with the store down = %d %v, want 503 LEASE_UNAVAILABLE", c.method, c.path, status, out)
+		}
+	}
+}
+
+func TestLostAfterRevoke(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", global: 2, ttlSeconds: 60}}, envOpts{})
+	tok := e.acquire(t, texBody)
+	if _, ok, err := e.store.Revoke(context.Background(), tok, "acme"); err != nil || !ok {
+		t.Fatalf("revoke: %v %v", ok, err)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
+		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{"jobId":"x"}}`},
+	} {
+		if status, out := e.do(t, c.method, c.path, c.body); status != http.StatusGone || out["error"] != httpapi.CodeLost {
+			t.Errorf("%s %s after revoke = %d %v, want 410 LEASE_LOST", c.method, c.path, status, out)
+		}
+	}
+	if status, out := e.do(t, http.MethodDelete, "/v1/leases/"+tok, ""); status != http.StatusOK || out["outcome"] != "already-released" {
+		t.Errorf("release after revoke = %d %v", status, out)
+	}
+}
+
+func TestBadRequestsWriteNothing(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", global: 5, user: 1, ttlSeconds: 60, waitMs: 0}}, envOpts{})
+	valid := `"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice"`
+	entries := func(n, size int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"k%d":%q`, i, strings.Repeat("v", size))
+		}
+		return b.String()
+	}
+	cases := map[string]struct{ body, field string }{
+		"empty body":           {``, "body"},
+		"malformed JSON":       {`{"type":"tex",`, "body"},
+		"syntax error":         {`{"type":tex}`, "body"},
+		"not an object":        {`[1,2]`, "body"},
+		"two objects":          {`{` + valid + `}{}`, "body"},
+		"unknown field":        {`{` + valid + `,"tpye":"tex"}`, "tpye"},
+		"unknown inline field": {`{"type":"tex","tenant":"acme","project":"p1","inline":{"name":"b","levls":{}}}`, "levls"},
+		"wrong type":           {`{"type":"tex","lease":"tex","tenant":7,"project":"p1"}`, "tenant"},
+		"payload not strings":  {`{` + valid + `,"payload":{"jobId":5}}`, "payload"},
+		"no type":              {`{"lease":"tex","tenant":"acme","project":"p1","user":"u"}`, "type"},
+		"unknown type":         {`{"type":"pdf","lease":"tex","tenant":"acme","project":"p1","user":"u"}`, "type"},
+		"bad lease name":       {`{"type":"tex","lease":"te x","tenant":"acme","project":"p1","user":"u"}`, "lease"},
+		"long lease name":      {`{"type":"tex","lease":"` + strings.Repeat("l", 65) + `","tenant":"acme","project":"p1"}`, "lease"},
+		"missing tenant":       {`{"type":"tex","lease":"tex","project":"p1","user":"u"}`, "tenant"},
+		"bad tenant":           {`{"type":"tex","lease":"tex","tenant":"ac/me","project":"p1","user":"u"}`, "tenant"},
+		"long tenant":          {`{"type":"tex","lease":"tex","tenant":"` + strings.Repeat("t", 65) + `","project":"p1"}`, "tenant"},
+		"bad project":          {`{"type":"tex","lease":"tex","tenant":"acme","project":"p|1","user":"u"}`, "project"},
+		"bad user":             {`{"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"a/b"}`, "user"},
+		"user level, no user":  {`{"type":"tex","lease":"tex","tenant":"acme","project":"p1"}`, "user"},
+		"long holderRef":       {`{` + valid + `,"holderRef":"` + strings.Repeat("h", 300) + `"}`, "holderRef"},
+		"lease and inline":     {`{` + valid + `,"inline":{"name":"b"}}`, "inline"},
+		"inline global cap":    {`{"type":"mcp","tenant":"acme","project":"p1","inline":{"name":"b","levels":{"global":9}}}`, "inline.levels.global"},
+		"inline resource":      {`{"type":"mcp","tenant":"acme","project":"p1","inline":{"name":"b","resource":"tex2pdf","levels":{"user":1}}}`, "inline.resource"},
+		"payload bad key":      {`{` + valid + `,"payload":{"$where":"x"}}`, "payload"},
+		"payload too many":     {`{` + valid + `,"payload":{` + entries(33, 1) + `}}`, "payload"},
+		"payload value large":  {`{` + valid + `,"payload":{` + entries(1, 3000) + `}}`, "payload"},
+		"body too large":       {`{` + valid + `,"payload":{` + entries(40, 2100) + `}}`, "body"},
+		"negative waitMs":      {`{` + valid + `,"waitMs":-1}`, "waitMs"},
+		"huge waitMs":          {`{` + valid + `,"waitMs":9223372036854775807}`, "waitMs"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			status, out := e.do(t, http.MethodPost, "/v1/leases", tc.body)
+			if status != http.StatusBadRequest || out["error"] != httpapi.CodeInvalid {
+				t.Fatalf("status %d %v, want 400 INVALID_REQUEST", status, out)
+			}
+			if out["field"] != tc.field {
+				t.Errorf("field = %v, want %q (%v)", out["field"], tc.field, out["message"])
+			}
+		})
+	}
+	if n := e.cmds.get(); n != 0 {
+		t.Errorf("bad requests sent %d store commands, want none", n)
+	}
+	e.empty(t)
+
+	// Bad payload updates and tokens leave a held lease as it was.
+	tok := e.acquire(t, `{`+valid+`,"payload":{"jobId":"j"}}`)
+	for name, c := range map[string]struct{ method, path, body, field string }{
+		"payload unknown field": {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{},"x":1}`, "x"},
+		"payload too many":      {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{` + entries(40, 1) + `}}`, "payload"},
+		"payload malformed":     {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":`, "body"},
+		"payload bad token":     {http.MethodPut, "/v1/leases/not!a!token/payload", `{"payload":{}}`, "token"},
+		"check bad token":       {http.MethodPost, "/v1/leases/" + strings.Repeat("x", 200) + "/check", ``, "token"},
+		"release bad token":     {http.MethodDelete, "/v1/leases/bad.token", ``, "token"},
+	} {
+		status, out := e.do(t, c.method, c.path, c.body)
+		if status != http.StatusBadRequest || out["field"] != c.field {
+			t.Errorf("%s: %d %v, want 400 naming %q", name, status, out, c.field)
+		}
+	}
+	h, err := e.store.GetHolder(context.Background(), tok)
+	if err != nil || !cmp.Equal(h.Payload, map[string]string{"jobId": "j"}) {
+		t.Errorf("holder after bad updates: %v %v", h.Payload, err)
+	}
+}
+
+func TestPodIdentity(t *testing.T) {
+	unknown := errors.New("no pod has IP 10.0.0.9")
+	cases := map[string]struct {
+		identity   httpapi.PodIdentity
+		wantStatus int
+		wantField  string
+	}{
+		"unknown caller": {func(*http.Request) (leasestore.PodRef, error) { return leasestore.PodRef{}, unknown }, http.StatusBadRequest, "pod"},
+		"not synced": {func(*http.Request) (leasestore.PodRef, error) {
+			return leasestore.PodRef{}, fmt.Errorf("pod informer: %w", admission.ErrUnavailable)
+		}, http.StatusServiceUnavailable, ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: []httpapi.Option{httpapi.WithPodIdentity(tc.identity)}})
+			status, out := e.do(t, http.MethodPost, "/v1/leases", texBody)
+			if status != tc.wantStatus || (tc.wantField != "" && out["field"] != tc.wantField) {
+				t.Errorf("acquire = %d %v, want %d naming %q", status, out, tc.wantStatus, tc.wantField)
+			}
+			if n := e.cmds.get(); n != 0 {
+				t.Errorf("sent %d store commands", n)
+			}
+		})
+	}
+	t.Run("without identity the holder has no pod", func(t *testing.T) {
+		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{})
+		tok := e.acquire(t, texBody)
+		h, err := e.store.GetHolder(context.Background(), tok)
+		if err != nil || h.Pod != (leasestore.PodRef{}) {
+			t.Errorf("holder pod = %+v, %v; want none", h.Pod, err)
+		}
+	})
+}
+
+func TestEventsLongPoll(t *testing.T) {
+	hub := notify.NewHub(time.Minute, testingclock.NewFakeClock(time.Now()))
+	e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: []httpapi.Option{httpapi.WithEvents(hub)}})
+	tok := e.acquire(t, texBody)
+
+	start := time.Now()
+	status, out := e.do(t, http.MethodGet, "/v1/leases/"+tok+"/events?timeout=300ms", "")
+	if elapsed := time.Since(start); status != http.StatusNoContent || out != nil || elapsed < 300*time.Millisecond || elapsed > 3*time.Second {
+		t.Errorf("long-poll without event = %d %v after %v, want 204 after ~300ms", status, out, elapsed)
+	}
+
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		hub.Publish(notify.Event{Token: tok, Reason: metrics.ReapRevoke, Type: "tex", Resource: "tex"})
+	}()
+	start = time.Now()
+	status, out = e.do(t, http.MethodGet, "/v1/leases/"+tok+"/events?timeout=20", "")
+	if status != http.StatusOK || out["token"] != tok || out["reason"] != "revoke" || out["type"] != "tex" {
+		t.Errorf("long-poll with event = %d %v, want 200 with the event", status, out)
+	}
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Errorf("event delivered after %v", elapsed)
+	}
+	// A poll that arrives after the event still hears of it.
+	if status, out := e.do(t, http.MethodGet, "/v1/leases/"+tok+"/events", ""); status != http.StatusOK || out["reason"] != "revoke" {
+		t.Errorf("late long-poll = %d %v", status, out)
+	}
+	for _, bad := range []string{"61s", "0", "-1s", "soon", "1000"} {
+		if status, out := e.do(t, http.MethodGet, "/v1/leases/"+tok+"/events?timeout="+bad, ""); status != http.StatusBadRequest || out["field"] != "timeout" {
+			t.Errorf("timeout=%s: %d %v, want 400 naming timeout", bad, status, out)
+		}
+	}
+}
+
+func TestEventsRouteNeedsAHub(t *testing.T) {
+	e := newEnv(t, nil, envOpts{})
+	resp, err := e.srv.Client().Get(e.srv.URL + "/v1/leases/" + strings.Repeat("a", 32) + "/events?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("events without a hub = %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestMethodNotAllowed(t *testing.T) {
+	e := newEnv(t, nil, envOpts{})
+	resp, err := e.srv.Client().Get(e.srv.URL + "/v1/leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/leases = %d, want 405", resp.StatusCode)
+	}
+}
+
+func TestAgentIdentityFromEnv(t *testing.T) {
+	t.Setenv(httpapi.EnvPodNamespace, "apps")
+	t.Setenv(httpapi.EnvPodName, "worker-1")
+	t.Setenv(httpapi.EnvPodUID, "0b1c")
+	pod, err := httpapi.AgentIdentityFromEnv()
+	if err != nil || pod != (leasestore.PodRef{Namespace: "apps", Name: "worker-1", UID: "0b1c"}) {
+		t.Errorf("identity = %+v, %v", pod, err)
+	}
+	t.Setenv(httpapi.EnvPodUID, "")
+	if _, err := httpapi.AgentIdentityFromEnv(); err == nil || !strings.Contains(err.Error(), httpapi.EnvPodUID) {
+		t.Errorf("identity without %s = %v, want an error naming it", httpapi.EnvPodUID, err)
+	}
+}

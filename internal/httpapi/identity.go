@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// Downward-API environment variables of the agent (sidecar).
+const (
+	EnvPodNamespace = "POD_NAMESPACE"
+	EnvPodName      = "POD_NAME"
+	EnvPodUID       = "POD_UID"
+)
+
+// AgentIdentityFromEnv reads the agent's own pod from the downward API environment
+// (POD_NAMESPACE, POD_NAME, POD_UID); all three are required, since a holder's pod is
+// namespace, name and UID.
+func AgentIdentityFromEnv() (leasestore.PodRef, error) {
+	return identityFrom(os.Getenv)
+}
+
+func identityFrom(getenv func(string) string) (leasestore.PodRef, error) {
+	pod := leasestore.PodRef{Namespace: getenv(EnvPodNamespace), Name: getenv(EnvPodName), UID: getenv(EnvPodUID)}
+	var missing []error
+	for _, v := range []struct{ name, value string }{
+		{EnvPodNamespace, pod.Namespace}, {EnvPodName, pod.Name}, {EnvPodUID, pod.UID},
+	} {
+		if v.value == "" {
+			missing = append(missing, fmt.Errorf("%s is not set", v.name))
+		}
+	}
+	if err := errors.Join(missing...); err != nil {
+		return leasestore.PodRef{}, fmt.Errorf("reading the pod identity from the downward API: %w", err)
+	}
+	return pod, nil
+}
+
+// StaticPodIdentity identifies every caller as pod: the agent serves only its own pod.
+func StaticPodIdentity(pod leasestore.PodRef) PodIdentity {
+	return func(*http.Request) (leasestore.PodRef, error) { return pod, nil }
+}

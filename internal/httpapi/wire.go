@@ -1,0 +1,213 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/definition"
+)
+
+// Error codes of the JSON error body.
+const (
+	CodeInvalid     = "INVALID_REQUEST"
+	CodeBusy        = "LEASE_BUSY"
+	CodeLost        = "LEASE_LOST"
+	CodeUnavailable = "LEASE_UNAVAILABLE"
+)
+
+// acquireBody is the body of POST /v1/leases.
+type acquireBody struct {
+	Type      string                 `json:"type"`
+	Lease     string                 `json:"lease,omitempty"`
+	Inline    *definition.InlineSpec `json:"inline,omitempty"`
+	Tenant    string                 `json:"tenant"`
+	Project   string                 `json:"project"`
+	User      string                 `json:"user,omitempty"`
+	HolderRef string                 `json:"holderRef,omitempty"`
+	PodBound  bool                   `json:"podBound,omitempty"`
+	Payload   map[string]string      `json:"payload,omitempty"`
+	WaitMs    *int64                 `json:"waitMs,omitempty"`
+}
+
+func (b acquireBody) request() (admission.Request, error) {
+	req := admission.Request{
+		Type: b.Type, Lease: b.Lease, Inline: b.Inline,
+		Tenant: b.Tenant, Project: b.Project, User: b.User,
+		HolderRef: b.HolderRef, PodBound: b.PodBound, Payload: b.Payload,
+	}
+	if b.WaitMs != nil {
+		if *b.WaitMs < 0 || *b.WaitMs > admission.MaxWait.Milliseconds() {
+			return req, &admission.InvalidError{Field: "waitMs",
+				Detail: fmt.Sprintf("must be between 0 and %d", admission.MaxWait.Milliseconds())}
+		}
+		d := time.Duration(*b.WaitMs) * time.Millisecond
+		req.Wait = &d
+	}
+	return req, nil
+}
+
+// payloadBody is the body of PUT /v1/leases/{token}/payload.
+type payloadBody struct {
+	Payload map[string]string `json:"payload"`
+}
+
+// levelBody is one booked level in a lease response.
+type levelBody struct {
+	Level string `json:"level"`
+	Scope string `json:"scope"`
+	Cap   int    `json:"cap"`
+}
+
+// leaseBody is the 200 answer of POST /v1/leases for a booked lease.
+type leaseBody struct {
+	Token      string      `json:"token"`
+	NoOp       bool        `json:"noop"`
+	Lease      string      `json:"lease"`
+	Resource   string      `json:"resource"`
+	Levels     []levelBody `json:"levels"`
+	TTLSeconds int64       `json:"ttlSeconds"`
+}
+
+// noopBody is the 200 answer of POST /v1/leases when no lease applies.
+type noopBody struct {
+	NoOp bool `json:"noop"`
+}
+
+func leaseResponse(l admission.Lease) any {
+	if l.NoOp {
+		return noopBody{NoOp: true}
+	}
+	out := leaseBody{Token: l.Token, Lease: l.Name, Resource: l.Resource, Levels: []levelBody{},
+		TTLSeconds: int64(l.TTL / time.Second)}
+	for _, lv := range l.Levels {
+		out.Levels = append(out.Levels, levelBody{Level: string(lv.Level), Scope: lv.Scope, Cap: lv.Cap})
+	}
+	return out
+}
+
+type outcomeBody struct {
+	Outcome string `json:"outcome"`
+}
+
+// errorBody is every error answer: error is the code, message the detail; the other fields
+// are set for their code.
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	// Field names the offending request field (INVALID_REQUEST).
+	Field string `json:"field,omitempty"`
+	// The busy diagnosis (LEASE_BUSY).
+	Resource string `json:"resource,omitempty"`
+	Level    string `json:"level,omitempty"`
+	Scope    string `json:"scope,omitempty"`
+	Count    *int   `json:"count,omitempty"`
+	Cap      *int   `json:"cap,omitempty"`
+	WaitedMs *int64 `json:"waitedMs,omitempty"`
+}
+
+// decode reads a JSON body strictly: bounded size, one object, no unknown fields.
+func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err, h.maxBody)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return decodeError(err, h.maxBody)
+		}
+		return &admission.InvalidError{Field: "body", Detail: "must hold exactly one JSON object"}
+	}
+	return nil
+}
+
+func decodeError(err error, maxBody int64) error {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &admission.InvalidError{Field: "body", Detail: fmt.Sprintf("exceeds %d bytes", maxBody)}
+	case errors.Is(err, io.EOF):
+		return &admission.InvalidError{Field: "body", Detail: "is empty; want a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &admission.InvalidError{Field: "body", Detail: "is truncated JSON"}
+	case errors.As(err, &se):
+		return &admission.InvalidError{Field: "body", Detail: fmt.Sprintf("is malformed JSON at offset %d: %v", se.Offset, se)}
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return &admission.InvalidError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", jsonKind(te), te.Value)}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if unq, uerr := strconv.Unquote(name); uerr == nil {
+			name = unq
+		}
+		return &admission.InvalidError{Field: name, Detail: "is not a known field"}
+	}
+	return &admission.InvalidError{Field: "body", Detail: err.Error()}
+}
+
+func jsonKind(te *json.UnmarshalTypeError) string {
+	if te.Type == nil {
+		return "value of another type"
+	}
+	switch te.Type.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "object"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	default:
+		return "number"
+	}
+}
+
+// writeError answers err with its status and JSON error body.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		inv  *admission.InvalidError
+		busy *admission.BusyError
+	)
+	switch {
+	case errors.As(err, &inv):
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: CodeInvalid, Message: err.Error(), Field: inv.Field})
+	case errors.As(err, &busy):
+		waited := busy.Waited.Milliseconds()
+		writeJSON(w, http.StatusConflict, errorBody{Error: CodeBusy, Message: err.Error(),
+			Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
+			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited})
+	case errors.Is(err, admission.ErrLost):
+		writeJSON(w, http.StatusGone, errorBody{Error: CodeLost, Message: err.Error()})
+	default:
+		// Unavailable, and anything unexpected: fail closed.
+		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: CodeUnavailable, Message: err.Error()})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	// The status line is sent: a failed write only means the client went away.
+	_ = json.NewEncoder(w).Encode(v)
+}
