@@ -1,0 +1,98 @@
+// Package podwatch keeps an informer of pods and answers the one liveness question of the
+// lease system (specification §6, LeasePodLiveness): is a holder's pod alive? The sweeper's
+// pod-dead reap, the revocation dispatcher and the operational views all ask here, so that
+// "alive" has exactly one definition: the pure function Liveness.
+package podwatch
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// Reasons returned by Liveness. They are stable strings for logs and operational views.
+const (
+	// ReasonSelf: the holder is this process's own pod, which is alive by definition.
+	ReasonSelf = "Self"
+	// ReasonRunning: the pod exists with the recorded UID, has not finished and has an IP.
+	ReasonRunning = "Running"
+	// ReasonNoPod: the holder records no pod at all.
+	ReasonNoPod = "NoPod"
+	// ReasonNotFound: no pod of that namespace/name exists (deleted).
+	ReasonNotFound = "NotFound"
+	// ReasonUIDMismatch: a pod of that name exists but it is another incarnation.
+	ReasonUIDMismatch = "UIDMismatch"
+	// ReasonFinished: the pod's phase is Succeeded or Failed; it never runs again.
+	ReasonFinished = "Finished"
+	// ReasonNoEndpoint: the pod has no IP (not started yet, or torn down).
+	ReasonNoEndpoint = "NoEndpoint"
+	// ReasonDeletionOverdue: the pod is being deleted and its grace period has passed; it is
+	// stale (its node is likely gone), even though the object still says Running.
+	ReasonDeletionOverdue = "DeletionOverdue"
+)
+
+// Liveness is the liveness predicate. holder is the pod recorded in a holder document, self
+// the pod of this process (zero when unknown), pod the current object of that
+// namespace/name (nil when there is none), now the current time. A holder's pod is alive
+// when
+//
+//   - it is this process's own pod: always alive, whatever the informer says (a pod that
+//     performs the check is obviously running; a late informer must not reap our own leases),
+//   - or it exists with the recorded UID (a recreated pod of the same name is another
+//     holder), is not finished (Succeeded/Failed), has an endpoint (pod IP), and, when it is
+//     being deleted, its deletion deadline (deletionTimestamp, i.e. the end of the grace
+//     period) has not passed. A pod in its grace period still runs and may still release its
+//     leases itself.
+//
+// An empty recorded UID matches any UID (holders written without the downward API's UID).
+func Liveness(holder, self leasestore.PodRef, pod *corev1.Pod, now time.Time) (reason string, alive bool) {
+	switch {
+	case holder.Name == "":
+		return ReasonNoPod, false
+	case IsSelf(holder, self):
+		return ReasonSelf, true
+	case pod == nil:
+		return ReasonNotFound, false
+	case holder.UID != "" && string(pod.UID) != holder.UID:
+		return ReasonUIDMismatch, false
+	case Finished(pod):
+		return ReasonFinished, false
+	case PodIP(pod) == "":
+		return ReasonNoEndpoint, false
+	case pod.DeletionTimestamp != nil && !now.Before(pod.DeletionTimestamp.Time):
+		return ReasonDeletionOverdue, false
+	}
+	return ReasonRunning, true
+}
+
+// IsSelf reports whether holder is the pod self. Namespace and name must match; the UIDs
+// must match when both are known (a previous incarnation of our name is not us).
+func IsSelf(holder, self leasestore.PodRef) bool {
+	if self.Name == "" || holder.Name != self.Name || holder.Namespace != self.Namespace {
+		return false
+	}
+	return holder.UID == "" || self.UID == "" || holder.UID == self.UID
+}
+
+// Finished reports whether the pod reached a terminal phase.
+func Finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// PodIP returns the pod's primary IP ("" when it has none).
+func PodIP(pod *corev1.Pod) string {
+	if pod.Status.PodIP != "" {
+		return pod.Status.PodIP
+	}
+	if len(pod.Status.PodIPs) > 0 {
+		return pod.Status.PodIPs[0].IP
+	}
+	return ""
+}
+
+// RefOf returns the PodRef of a pod object.
+func RefOf(pod *corev1.Pod) leasestore.PodRef {
+	return leasestore.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
+}

@@ -1,0 +1,314 @@
+package podwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// indexPodIP is the cache index of pods by every IP in status.podIPs (and status.podIP).
+const indexPodIP = "lease.vancetope.io/podIP"
+
+// ReasonUnknown is returned by Status when the cache could not be read (not started yet).
+const ReasonUnknown = "Unknown"
+
+// Options configures a Watcher.
+type Options struct {
+	// Self is the pod this process runs in (from the downward API); it is always alive.
+	Self leasestore.PodRef
+	// Namespaces restricts the watch to these namespaces; empty watches all of them.
+	Namespaces []string
+	// LabelSelector restricts the watch to matching pods; nil watches every pod. The
+	// default is deliberately everything: a holder's pod is whatever pod called the
+	// admission API (identified by IP on the manager), with or without the agent sidecar,
+	// and a holder pod outside the selector would look dead and be reaped. Set it (e.g.
+	// lease.vancetope.io/agent=true) only when every lease holder carries the label.
+	LabelSelector labels.Selector
+	// Clock is used for the deletion deadline of terminating pods (default: real clock).
+	Clock clock.PassiveClock
+	// Logger (default: discard).
+	Logger logr.Logger
+}
+
+// Watcher is the pod informer: a controller-runtime cache of stripped pods (StripPod) with
+// an index by pod IP, plus an uncached reader to confirm a death before anything is reaped.
+// It is a manager Runnable that needs no leader election (every replica keeps its own).
+type Watcher struct {
+	cache    cache.Cache
+	informer cache.Informer
+	api      client.Reader
+	self     leasestore.PodRef
+	clock    clock.PassiveClock
+	log      logr.Logger
+
+	mu   sync.Mutex
+	gone []func(leasestore.PodRef)
+}
+
+var (
+	_ manager.Runnable               = (*Watcher)(nil)
+	_ manager.LeaderElectionRunnable = (*Watcher)(nil)
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
+// New builds a Watcher for the cluster of cfg. It does not contact the API server until
+// Start. RBAC: get, list, watch on pods (in the watched namespaces).
+func New(cfg *rest.Config, opts Options) (*Watcher, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building scheme: %w", err)
+	}
+	byObject := cache.ByObject{Label: opts.LabelSelector, Transform: StripPod}
+	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: byObject}}
+	if len(opts.Namespaces) > 0 {
+		copts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.Namespaces {
+			copts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	c, err := cache.New(cfg, copts)
+	if err != nil {
+		return nil, fmt.Errorf("creating pod cache: %w", err)
+	}
+	api, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating pod reader: %w", err)
+	}
+	return newWatcher(context.Background(), c, api, opts)
+}
+
+func newWatcher(ctx context.Context, c cache.Cache, api client.Reader, opts Options) (*Watcher, error) {
+	w := &Watcher{cache: c, api: api, self: opts.Self, clock: opts.Clock, log: opts.Logger}
+	if w.clock == nil {
+		w.clock = clock.RealClock{}
+	}
+	if w.log.GetSink() == nil {
+		w.log = logr.Discard()
+	}
+	if err := c.IndexField(ctx, &corev1.Pod{}, indexPodIP, podIPs); err != nil {
+		return nil, fmt.Errorf("indexing pods by IP: %w", err)
+	}
+	inf, err := c.GetInformer(ctx, &corev1.Pod{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("getting pod informer: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: w.onUpdate,
+		DeleteFunc: w.onDelete,
+	}); err != nil {
+		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	w.informer = inf
+	return w, nil
+}
+
+// Start runs the informer until ctx is done.
+func (w *Watcher) Start(ctx context.Context) error {
+	return w.cache.Start(ctx)
+}
+
+// NeedLeaderElection is false: every replica needs its own view of the pods.
+func (w *Watcher) NeedLeaderElection() bool { return false }
+
+// WaitForSync blocks until the informer has listed all pods once (true), or ctx is done
+// (false). Nobody may conclude "dead" before that: an empty cache says every pod is gone.
+func (w *Watcher) WaitForSync(ctx context.Context) bool {
+	return w.cache.WaitForCacheSync(ctx)
+}
+
+// ReadyCheck is a healthz.Checker that fails until the pod informer has synced.
+func (w *Watcher) ReadyCheck(_ *http.Request) error {
+	if !w.informer.HasSynced() {
+		return errors.New("pod informer not synced")
+	}
+	return nil
+}
+
+// Self returns the pod of this process.
+func (w *Watcher) Self() leasestore.PodRef { return w.self }
+
+// OnPodGone registers fn to be called, on the informer's goroutine, with every pod that is
+// deleted or reaches a terminal phase (Succeeded/Failed). fn must not block. Register
+// before Start.
+func (w *Watcher) OnPodGone(fn func(leasestore.PodRef)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gone = append(w.gone, fn)
+}
+
+// Alive applies the liveness predicate to pod with the cached object.
+func (w *Watcher) Alive(pod leasestore.PodRef) bool {
+	_, alive := w.Status(pod)
+	return alive
+}
+
+// Status is Alive with the reason (see the Reason constants), for logs and views.
+func (w *Watcher) Status(pod leasestore.PodRef) (reason string, alive bool) {
+	if pod.Name == "" || IsSelf(pod, w.self) {
+		return Liveness(pod, w.self, nil, w.clock.Now())
+	}
+	obj, err := w.cached(pod)
+	if err != nil {
+		w.log.V(1).Info("Cannot read pod from cache", "pod", pod.String(), "error", err.Error())
+		return ReasonUnknown, false
+	}
+	return Liveness(pod, w.self, obj, w.clock.Now())
+}
+
+// ConfirmDead asks the API server (not the cache) whether pod is dead, so that a pod the
+// informer has not seen yet (created a moment ago) is not reaped. A read error is returned
+// and means "do not reap".
+func (w *Watcher) ConfirmDead(ctx context.Context, pod leasestore.PodRef) (dead bool, reason string, err error) {
+	if pod.Name == "" || IsSelf(pod, w.self) {
+		reason, alive := Liveness(pod, w.self, nil, w.clock.Now())
+		return !alive, reason, nil
+	}
+	obj := &corev1.Pod{}
+	err = w.api.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		obj = nil
+	case err != nil:
+		return false, ReasonUnknown, fmt.Errorf("reading pod %s: %w", pod, err)
+	}
+	reason, alive := Liveness(pod, w.self, obj, w.clock.Now())
+	return !alive, reason, nil
+}
+
+// Endpoint returns the IP of pod when the pod is alive (the address its agent listens on).
+func (w *Watcher) Endpoint(pod leasestore.PodRef) (ip string, ok bool) {
+	if pod.Name == "" {
+		return "", false
+	}
+	obj, err := w.cached(pod)
+	if err != nil || obj == nil {
+		return "", false
+	}
+	if _, alive := Liveness(pod, leasestore.PodRef{}, obj, w.clock.Now()); !alive {
+		return "", false
+	}
+	return PodIP(obj), true
+}
+
+// PodByIP identifies the pod that has ip (the source address of a caller of the manager's
+// HTTP API). Only running pods count (finished pods keep their IP in the object while the
+// address is reused), and host-network pods never match (they share the node's IP). ok is
+// false when no pod or more than one pod matches.
+func (w *Watcher) PodByIP(ip string) (leasestore.PodRef, bool) {
+	key, ok := normalizeIP(ip)
+	if !ok {
+		return leasestore.PodRef{}, false
+	}
+	var list corev1.PodList
+	if err := w.cache.List(context.Background(), &list, client.MatchingFields{indexPodIP: key}); err != nil {
+		w.log.V(1).Info("Cannot list pods by IP", "ip", key, "error", err.Error())
+		return leasestore.PodRef{}, false
+	}
+	var found []leasestore.PodRef
+	now := w.clock.Now()
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.HostNetwork {
+			continue
+		}
+		if _, alive := Liveness(RefOf(p), leasestore.PodRef{}, p, now); alive {
+			found = append(found, RefOf(p))
+		}
+	}
+	if len(found) != 1 {
+		return leasestore.PodRef{}, false
+	}
+	return found[0], true
+}
+
+// cached reads pod from the cache; a missing pod is (nil, nil).
+func (w *Watcher) cached(pod leasestore.PodRef) (*corev1.Pod, error) {
+	obj := &corev1.Pod{}
+	err := w.cache.Get(context.Background(), client.ObjectKey{Namespace: pod.Namespace, Name: pod.Name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading pod %s from cache: %w", pod, err)
+	}
+	return obj, nil
+}
+
+func (w *Watcher) onUpdate(oldObj, newObj any) {
+	oldPod, ok1 := oldObj.(*corev1.Pod)
+	newPod, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return
+	}
+	if !Finished(oldPod) && Finished(newPod) {
+		w.emit(RefOf(newPod))
+	}
+}
+
+func (w *Watcher) onDelete(obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		w.emit(RefOf(pod))
+	}
+}
+
+func (w *Watcher) emit(ref leasestore.PodRef) {
+	w.mu.Lock()
+	fns := append([]func(leasestore.PodRef){}, w.gone...)
+	w.mu.Unlock()
+	w.log.V(1).Info("Pod gone", "pod", ref.String(), "uid", ref.UID)
+	for _, fn := range fns {
+		fn(ref)
+	}
+}
+
+// podIPs is the index function of indexPodIP.
+func podIPs(o client.Object) []string {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	add := func(ip string) {
+		if key, ok := normalizeIP(ip); ok && !seen[key] {
+			seen[key] = true
+			out = append(out, key)
+		}
+	}
+	add(pod.Status.PodIP)
+	for _, ip := range pod.Status.PodIPs {
+		add(ip.IP)
+	}
+	return out
+}
+
+// normalizeIP returns the canonical text of ip (IPv4-mapped IPv6 unmapped, zone dropped).
+func normalizeIP(ip string) (string, bool) {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return "", false
+	}
+	return addr.Unmap().WithZone("").String(), true
+}

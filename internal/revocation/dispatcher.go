@@ -1,0 +1,325 @@
+package revocation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/podwatch"
+)
+
+// PodView is what the dispatcher needs to know about pods (*podwatch.Watcher).
+type PodView interface {
+	// WaitForSync blocks until the view is complete; nothing is decided before.
+	WaitForSync(ctx context.Context) bool
+	// Alive is the liveness predicate (podwatch.Liveness).
+	Alive(pod leasestore.PodRef) bool
+	// Endpoint returns the IP of a live pod.
+	Endpoint(pod leasestore.PodRef) (ip string, ok bool)
+}
+
+var _ PodView = (*podwatch.Watcher)(nil)
+
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Event reasons on the holder's Pod.
+const (
+	// EventReasonRevoked (Normal): a lease of this pod was reaped or revoked.
+	EventReasonRevoked = "LeaseRevoked"
+	// EventReasonRevocationFailed (Warning): the handler or the cleanup failed.
+	EventReasonRevocationFailed = "LeaseRevocationFailed"
+)
+
+// Defaults of the dispatcher options.
+const (
+	DefaultQueueSize = 4096
+	DefaultWorkers   = 4
+	DefaultTimeout   = 30 * time.Second
+)
+
+// Dispatcher sends revoked holders through the dispatch matrix (Decide), asynchronously:
+// Revoked only enqueues, a pool of workers decides, forwards or runs the handlers. It is the
+// admission library's RevocationListener and a manager Runnable (no leader election: every
+// replica dispatches what it reaped itself). Workers run only after Start.
+type Dispatcher struct {
+	pods      PodView
+	self      leasestore.PodRef
+	handlers  *Registry
+	forwarder Forwarder
+	recorder  events.EventRecorder
+	metrics   *metrics.Metrics
+	clock     clock.PassiveClock
+	log       logr.Logger
+	workers   int
+	timeout   time.Duration
+
+	queue      chan item
+	dropped    prometheus.Counter
+	dispatched *prometheus.CounterVec
+}
+
+type item struct {
+	reason string
+	holder leasestore.Holder
+}
+
+var (
+	_ manager.Runnable               = (*Dispatcher)(nil)
+	_ manager.LeaderElectionRunnable = (*Dispatcher)(nil)
+)
+
+// Option configures a Dispatcher.
+type Option func(*Dispatcher)
+
+// WithForwarder sets the forwarder to holder pods' agents (default:
+// NewHTTPForwarder(nil, DefaultAgentPort, "")).
+func WithForwarder(f Forwarder) Option { return func(d *Dispatcher) { d.forwarder = f } }
+
+// WithRecorder records Kubernetes Events on the holder's Pod (default: none). Use the
+// manager's GetEventRecorder("lease-operator").
+func WithRecorder(r events.EventRecorder) Option { return func(d *Dispatcher) { d.recorder = r } }
+
+// WithMetrics sets the lease metrics (default: metrics.Default()).
+func WithMetrics(m *metrics.Metrics) Option { return func(d *Dispatcher) { d.metrics = m } }
+
+// WithRegisterer registers the dispatcher's own collectors
+// (vance_lease_revocation_dispatch_total{action,outcome},
+// vance_lease_revocation_dropped_total) with reg (default: not registered). Pass
+// controller-runtime's metrics.Registry in the manager.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(d *Dispatcher) { reg.MustRegister(d.dispatched, d.dropped) }
+}
+
+// WithClock sets the clock (default: real clock).
+func WithClock(c clock.PassiveClock) Option { return func(d *Dispatcher) { d.clock = c } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l logr.Logger) Option { return func(d *Dispatcher) { d.log = l } }
+
+// WithQueueSize bounds the queue (default DefaultQueueSize); a full queue drops.
+func WithQueueSize(n int) Option {
+	return func(d *Dispatcher) { d.queue = make(chan item, max(n, 1)) }
+}
+
+// WithWorkers sets the number of workers (default DefaultWorkers).
+func WithWorkers(n int) Option { return func(d *Dispatcher) { d.workers = n } }
+
+// WithTimeout bounds the dispatch of one holder: forward plus handler (default 30 s).
+func WithTimeout(t time.Duration) Option { return func(d *Dispatcher) { d.timeout = t } }
+
+// NewDispatcher returns a dispatcher for the process running in pod self, deciding with
+// pods and running the handlers of registry.
+func NewDispatcher(pods PodView, self leasestore.PodRef, registry *Registry, opts ...Option) *Dispatcher {
+	d := &Dispatcher{
+		pods:     pods,
+		self:     self,
+		handlers: registry,
+		clock:    clock.RealClock{},
+		log:      logr.Discard(),
+		workers:  DefaultWorkers,
+		timeout:  DefaultTimeout,
+		queue:    make(chan item, DefaultQueueSize),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vance_lease_revocation_dropped_total",
+			Help: "Revoked holders not dispatched because the dispatcher's queue was full.",
+		}),
+		dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vance_lease_revocation_dispatch_total",
+			Help: "Revoked holders dispatched, by matrix action and outcome (ok, error).",
+		}, []string{"action", "outcome"}),
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	if d.forwarder == nil {
+		d.forwarder = NewHTTPForwarder(nil, DefaultAgentPort, "")
+	}
+	if d.metrics == nil {
+		d.metrics = metrics.Default()
+	}
+	if d.workers < 1 {
+		d.workers = 1
+	}
+	return d
+}
+
+// Revoked takes holders that a reaper, a sweep or an operator has just deleted (reason
+// idle, pod or revoke), counts them in vance_lease_reap_total{reason} and queues them for
+// dispatch. It never blocks: when the queue is full the holder is dropped with a log line
+// and vance_lease_revocation_dropped_total (its slot is free anyway; the app learns of the
+// loss at its next check).
+func (d *Dispatcher) Revoked(ctx context.Context, reason string, holders []leasestore.Holder) {
+	for _, h := range holders {
+		d.metrics.Reap.WithLabelValues(reason).Inc()
+		select {
+		case d.queue <- item{reason: reason, holder: h}:
+		default:
+			d.dropped.Inc()
+			logr.FromContextOrDiscard(ctx).Error(nil, "Revocation queue full, handler not dispatched",
+				"token", h.Token, "type", h.Type, "resource", h.Resource, "reason", reason, "pod", h.Pod.String())
+		}
+	}
+}
+
+// Start runs the workers until ctx is done; holders still queued then are not dispatched.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range d.workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case it := <-d.queue:
+					d.dispatch(ctx, it)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(d.queue); n > 0 {
+		d.log.Info("Dispatcher stopped with revocations still queued", "queued", n)
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica dispatches what it reaped.
+func (d *Dispatcher) NeedLeaderElection() bool { return false }
+
+// dispatch runs the matrix for one holder.
+func (d *Dispatcher) dispatch(ctx context.Context, it item) {
+	h := it.holder
+	start := d.clock.Now()
+	log := d.log.WithValues("token", h.Token, "type", h.Type, "resource", h.Resource,
+		"reason", it.reason, "pod", h.Pod.String(), "podBound", h.PodBound)
+	ctx, cancel := contextWithTimeout(ctx, d.timeout)
+	defer cancel()
+	ctx = logr.NewContext(ctx, log)
+
+	self := podwatch.IsSelf(h.Pod, d.self)
+	if !self && !d.pods.WaitForSync(ctx) {
+		log.Error(ctx.Err(), "Pod view not synced, revocation not dispatched")
+		d.dispatched.WithLabelValues("none", "error").Inc()
+		return
+	}
+	in := Input{Self: self, Alive: self || d.pods.Alive(h.Pod), PodBound: h.PodBound}
+	action := Decide(in)
+	var forwardErr error
+	if action == ActionForward {
+		forwardErr = d.forward(ctx, h, it.reason)
+		if forwardErr != nil {
+			in.Unreachable = true
+			action = Decide(in)
+			log.Info("Holder pod unreachable, taking the dead path", "error", forwardErr.Error(), "action", action)
+		}
+	}
+	var err error
+	switch action {
+	case ActionLocal:
+		err = d.runHandler(ctx, FromHolder(h, it.reason, SiteHolderPod))
+	case ActionReaper:
+		err = d.runHandler(ctx, FromHolder(h, it.reason, SiteReaper))
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+		log.Error(err, "Revocation handler failed", "action", action)
+	} else {
+		log.Info("Lease revoked", "action", action, "tookMs", d.clock.Since(start).Milliseconds())
+	}
+	d.dispatched.WithLabelValues(string(action), outcome).Inc()
+	d.recordEvent(h, it.reason, action, forwardErr, err)
+}
+
+func (d *Dispatcher) forward(ctx context.Context, h leasestore.Holder, reason string) error {
+	ip, ok := d.pods.Endpoint(h.Pod)
+	if !ok {
+		return fmt.Errorf("pod %s has no endpoint", h.Pod)
+	}
+	return d.forwarder.Forward(ctx, ip, MessageFor(FromHolder(h, reason, SiteHolderPod)))
+}
+
+func (d *Dispatcher) runHandler(ctx context.Context, r Revocation) error {
+	h, ok := d.handlers.Handler(r.Type)
+	if !ok {
+		return fmt.Errorf("no handler for lease type %q", r.Type)
+	}
+	if err := h.OnRevoked(ctx, r); err != nil {
+		return fmt.Errorf("%s handler at %s: %w", r.Type, r.Site, err)
+	}
+	return nil
+}
+
+// recordEvent puts an Event on the holder's Pod, so that kubectl describe pod shows it.
+func (d *Dispatcher) recordEvent(h leasestore.Holder, reason string, action Action, forwardErr, err error) {
+	if d.recorder == nil || h.Pod.Name == "" || h.Pod.Namespace == "" {
+		return
+	}
+	ref := &corev1.ObjectReference{
+		Kind: "Pod", APIVersion: "v1", Namespace: h.Pod.Namespace, Name: h.Pod.Name, UID: types.UID(h.Pod.UID),
+	}
+	lease := fmt.Sprintf("Lease %s (type %s, resource %s)", shortToken(h.Token), h.Type, h.Resource)
+	if err != nil {
+		d.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventReasonRevocationFailed, actionVerb(action),
+			"%s revoked (%s): %s", lease, reason, truncate(err.Error(), 512))
+		return
+	}
+	note := map[Action]string{
+		ActionLocal:       "handler ran in this pod",
+		ActionForward:     "forwarded to the pod's lease agent",
+		ActionReleaseOnly: "slot released; the pod-bound resource died with the pod",
+		ActionReaper:      "handler ran on the reaper with the holder's payload",
+	}[action]
+	if forwardErr != nil {
+		note = "agent unreachable; " + note
+	}
+	d.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventReasonRevoked, actionVerb(action),
+		"%s revoked (%s): %s", lease, reason, note)
+}
+
+// actionVerb is the Event's action (UpperCamelCase).
+func actionVerb(a Action) string {
+	switch a {
+	case ActionLocal:
+		return "RunHandler"
+	case ActionForward:
+		return "Forward"
+	case ActionReleaseOnly:
+		return "Release"
+	default:
+		return "Cleanup"
+	}
+}
+
+// shortToken shows a token's prefix only: Events are readable by everyone in the namespace.
+func shortToken(t string) string {
+	if len(t) > 8 {
+		return t[:8] + "…"
+	}
+	return t
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

@@ -1,0 +1,166 @@
+package revocation
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/podwatch"
+)
+
+// Error codes of the receiver's JSON error bodies {error, message}.
+const (
+	ErrCodeInvalid      = "INVALID_REQUEST"
+	ErrCodeUnauthorized = "UNAUTHORIZED"
+	ErrCodeNotHolderPod = "NOT_HOLDER_POD"
+	ErrCodeHandler      = "HANDLER_FAILED"
+	ErrCodeStillHeld    = "STILL_HELD"
+	ErrCodeUnavailable  = "LEASE_UNAVAILABLE"
+)
+
+// validReasons are the reasons a revocation can carry.
+var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
+
+// Receiver is the agent's endpoint for revocations forwarded by a reaper:
+// POST /internal/lease/revoked with a Message. It runs the type's handler locally (in the
+// holder pod: the handlers publish to the notify hub, which ends the app's long-poll).
+//
+// Answers: 200 {"outcome":"delivered"}; 400 INVALID_REQUEST (malformed JSON, a missing
+// field, an unknown reason or type); 401 UNAUTHORIZED (shared secret configured and the
+// X-Lease-Secret header does not match); 405 for another method; 409 NOT_HOLDER_POD (the
+// message names another pod: the IP was reused); 500 HANDLER_FAILED. Any non-2xx makes
+// the sender fall back to the dead path.
+type Receiver struct {
+	self     leasestore.PodRef
+	handlers *Registry
+	secret   string
+	timeout  time.Duration
+	log      logr.Logger
+	held     HeldFunc
+}
+
+var _ http.Handler = (*Receiver)(nil)
+
+// HeldFunc reports whether the holder of token still exists in the store.
+type HeldFunc func(ctx context.Context, token string) (bool, error)
+
+// WithHolderCheck makes the receiver confirm, before it runs a handler, that the holder is
+// really gone from the store: a forged revocation of a lease that is still held is refused
+// with 409 STILL_HELD (a store error answers 503). The agent's internal port is reachable
+// from the pod network, so this is what makes an unauthenticated POST harmless.
+func WithHolderCheck(f HeldFunc) ReceiverOption { return func(r *Receiver) { r.held = f } }
+
+// ReceiverOption configures a Receiver.
+type ReceiverOption func(*Receiver)
+
+// WithSharedSecret requires the X-Lease-Secret header to equal secret (empty: no check).
+// The agent port is reachable from the whole pod network; without a secret anybody there
+// can make an app believe its lease was revoked. Give the manager and the agents the same
+// value (e.g. both from one Secret key via an env var).
+func WithSharedSecret(secret string) ReceiverOption { return func(r *Receiver) { r.secret = secret } }
+
+// WithReceiverLogger sets the logger (default: discard).
+func WithReceiverLogger(l logr.Logger) ReceiverOption { return func(r *Receiver) { r.log = l } }
+
+// WithHandlerTimeout bounds the local handler (default 10 s).
+func WithHandlerTimeout(d time.Duration) ReceiverOption { return func(r *Receiver) { r.timeout = d } }
+
+// NewReceiver returns the endpoint for the pod self (the agent's own identity; a zero self
+// skips the pod check) with the handlers of registry.
+func NewReceiver(self leasestore.PodRef, registry *Registry, opts ...ReceiverOption) *Receiver {
+	r := &Receiver{self: self, handlers: registry, timeout: 10 * time.Second, log: logr.Discard()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// ServeHTTP handles one forwarded revocation.
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, ErrCodeInvalid, "only POST is allowed")
+		return
+	}
+	if rc.secret != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get(SecretHeader)), []byte(rc.secret)) != 1 {
+		writeError(w, http.StatusUnauthorized, ErrCodeUnauthorized, "missing or wrong "+SecretHeader)
+		return
+	}
+	msg, err := decodeMessage(w, req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, ErrCodeInvalid, err.Error())
+		return
+	}
+	if rc.self.Name != "" {
+		pod := leasestore.PodRef{Namespace: msg.Pod.Namespace, Name: msg.Pod.Name, UID: msg.Pod.UID}
+		if !podwatch.IsSelf(pod, rc.self) {
+			writeError(w, http.StatusConflict, ErrCodeNotHolderPod,
+				fmt.Sprintf("this is pod %s, not the holder pod %s", rc.self, pod))
+			return
+		}
+	}
+	h, ok := rc.handlers.Handler(msg.Type)
+	if !ok {
+		writeError(w, http.StatusBadRequest, ErrCodeInvalid, fmt.Sprintf("type: no handler for lease type %q", msg.Type))
+		return
+	}
+	log := rc.log.WithValues("token", msg.Token, "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
+	ctx, cancel := contextWithTimeout(req.Context(), rc.timeout)
+	defer cancel()
+	if rc.held != nil {
+		held, err := rc.held(ctx, msg.Token)
+		switch {
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, ErrCodeUnavailable, err.Error())
+			return
+		case held:
+			writeError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+msg.Token+" is still held: nothing was revoked")
+			return
+		}
+	}
+	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(SiteHolderPod)); err != nil {
+		log.Error(err, "Revocation handler failed")
+		writeError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
+		return
+	}
+	log.Info("Lease revoked by a reaper, handler ran in the holder pod")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"outcome":"delivered"}`)
+}
+
+func decodeMessage(w http.ResponseWriter, req *http.Request) (Message, error) {
+	var msg Message
+	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxMessageBytes))
+	if err := dec.Decode(&msg); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return msg, fmt.Errorf("body larger than %d bytes", maxMessageBytes)
+		}
+		return msg, fmt.Errorf("malformed JSON: %w", err)
+	}
+	switch {
+	case msg.Token == "":
+		return msg, errors.New("token: required")
+	case msg.Type == "":
+		return msg, errors.New("type: required")
+	case !validReasons[msg.Reason]:
+		return msg, fmt.Errorf("reason: %q is not idle, pod or revoke", msg.Reason)
+	case msg.Pod.Name == "" || msg.Pod.Namespace == "":
+		return msg, errors.New("pod: namespace and name required")
+	}
+	return msg, nil
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": message})
+}

@@ -1,0 +1,289 @@
+// Package sweeper runs the scheduled reaper round of specification §5: every reap interval
+// (default 30 s) an idle reap over all resources, a pod-dead reap (holders whose pod is dead
+// by the one liveness predicate) and a reconcile of the counters; and, between rounds, an
+// immediate pod-dead reap for every pod the informer reports deleted or finished, so that a
+// dead pod's slots come back at once rather than after the interval.
+//
+// Every reaped holder goes to the revocation listener (the dispatcher), which runs the
+// handlers. Any number of replicas may sweep at the same time without leader election: a
+// holder is deleted by findOneAndDelete and only the deleter decrements and dispatches it,
+// so concurrent sweeps neither double-count nor double-dispatch; reconcile is a
+// compare-and-set.
+package sweeper
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/podwatch"
+)
+
+// DefaultInterval is the default reap interval (--reap-interval).
+const DefaultInterval = 30 * time.Second
+
+// confirmTimeout bounds the API server read that confirms a pod's death.
+const confirmTimeout = 10 * time.Second
+
+// Reasons passed to the listener, as in the reap metric.
+const (
+	ReasonIdle = metrics.ReapIdle
+	ReasonPod  = metrics.ReapPod
+)
+
+// Store is the part of the lease store a sweep uses (*leasestore.Store).
+type Store interface {
+	ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error)
+	HolderPods(ctx context.Context) ([]leasestore.PodRef, error)
+	ReapPod(ctx context.Context, pod leasestore.PodRef) ([]leasestore.Holder, error)
+	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
+}
+
+// Liveness is the part of the pod view a sweep uses (*podwatch.Watcher).
+type Liveness interface {
+	// WaitForSync blocks until the informer has listed the pods once.
+	WaitForSync(ctx context.Context) bool
+	// Alive is the liveness predicate on the cached pod.
+	Alive(pod leasestore.PodRef) bool
+	// ConfirmDead re-checks a pod the cache calls dead against the API server.
+	ConfirmDead(ctx context.Context, pod leasestore.PodRef) (dead bool, reason string, err error)
+}
+
+// Listener receives reaped holders (the revocation dispatcher). It must not block.
+type Listener interface {
+	Revoked(ctx context.Context, reason string, holders []leasestore.Holder)
+}
+
+var (
+	_ Store    = (*leasestore.Store)(nil)
+	_ Liveness = (*podwatch.Watcher)(nil)
+)
+
+// Result summarises one round.
+type Result struct {
+	Idle      int
+	Pod       int
+	Reconcile leasestore.ReconcileResult
+}
+
+// Sweeper is the scheduled reaper, a manager Runnable without leader election.
+type Sweeper struct {
+	store    Store
+	pods     Liveness
+	listener Listener
+	interval time.Duration
+	clock    clock.WithTicker
+	metrics  *metrics.Metrics
+	log      logr.Logger
+
+	mu      sync.Mutex
+	pending map[leasestore.PodRef]bool
+	wake    chan struct{}
+}
+
+var (
+	_ manager.Runnable               = (*Sweeper)(nil)
+	_ manager.LeaderElectionRunnable = (*Sweeper)(nil)
+)
+
+// Option configures a Sweeper.
+type Option func(*Sweeper)
+
+// WithInterval sets the reap interval (default DefaultInterval).
+func WithInterval(d time.Duration) Option { return func(s *Sweeper) { s.interval = d } }
+
+// WithClock sets the clock that ticks the rounds (default: real clock).
+func WithClock(c clock.WithTicker) Option { return func(s *Sweeper) { s.clock = c } }
+
+// WithMetrics sets the metrics (default: metrics.Default()). Reaps are counted by the
+// listener (the dispatcher counts every reap path alike); the sweeper counts reconcile.
+func WithMetrics(m *metrics.Metrics) Option { return func(s *Sweeper) { s.metrics = m } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l logr.Logger) Option { return func(s *Sweeper) { s.log = l } }
+
+// New returns a sweeper over store that asks pods for liveness and hands reaped holders to
+// listener. Wire the informer's notifications with watcher.OnPodGone(sweeper.PodGone).
+func New(store Store, pods Liveness, listener Listener, opts ...Option) *Sweeper {
+	s := &Sweeper{
+		store:    store,
+		pods:     pods,
+		listener: listener,
+		interval: DefaultInterval,
+		clock:    clock.RealClock{},
+		log:      logr.Discard(),
+		pending:  map[leasestore.PodRef]bool{},
+		wake:     make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.metrics == nil {
+		s.metrics = metrics.Default()
+	}
+	if s.interval <= 0 {
+		s.interval = DefaultInterval
+	}
+	return s
+}
+
+// NeedLeaderElection is false: concurrent sweeps are safe (delete idempotence).
+func (s *Sweeper) NeedLeaderElection() bool { return false }
+
+// PodGone queues an immediate pod-dead reap of pod (called by the informer when a pod is
+// deleted or finishes). It never blocks.
+func (s *Sweeper) PodGone(pod leasestore.PodRef) {
+	if pod.Name == "" {
+		return
+	}
+	s.mu.Lock()
+	s.pending[pod] = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start waits for the pod informer, sweeps once, and then every interval, reaping gone pods
+// as they are reported, until ctx is done.
+func (s *Sweeper) Start(ctx context.Context) error {
+	if !s.pods.WaitForSync(ctx) {
+		return nil // ctx done before the informer synced
+	}
+	ticker := s.clock.NewTicker(s.interval)
+	defer ticker.Stop()
+	s.logRound(s.Sweep(ctx))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+			s.logRound(s.Sweep(ctx))
+		case <-s.wake:
+			s.reapGone(ctx)
+		}
+	}
+}
+
+// Sweep runs one round now: idle reap, pod-dead reap, reconcile (also the operator's
+// "lease sweep"). A failing step does not stop the others; holders reaped before an error
+// are still dispatched. The error is the first step's error.
+func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
+	var res Result
+	var errs []error
+
+	idle, err := s.store.ReapIdle(ctx, "")
+	s.dispatch(ctx, ReasonIdle, idle)
+	res.Idle = len(idle)
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	n, err := s.reapDeadPods(ctx)
+	res.Pod = n
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	rr, err := s.store.Reconcile(ctx)
+	res.Reconcile = rr
+	// Corrected and recreated counters both had a wrong count; deleted ones are dormant
+	// documents no holder books any more.
+	if fixed := rr.Corrected + rr.Created; fixed > 0 {
+		s.metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected).Add(float64(fixed))
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return res, errs[0]
+	}
+	return res, nil
+}
+
+// reapDeadPods reaps the holders of every holder pod that is dead.
+func (s *Sweeper) reapDeadPods(ctx context.Context) (int, error) {
+	pods, err := s.store.HolderPods(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var first error
+	for _, p := range pods {
+		if p.Name == "" {
+			continue // a holder without a pod is only reaped when idle
+		}
+		reaped, err := s.reapIfDead(ctx, p)
+		n += reaped
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return n, first
+}
+
+// reapIfDead reaps pod's holders when the cache and the API server both call it dead.
+func (s *Sweeper) reapIfDead(ctx context.Context, pod leasestore.PodRef) (int, error) {
+	if s.pods.Alive(pod) {
+		return 0, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	dead, reason, err := s.pods.ConfirmDead(cctx, pod)
+	cancel()
+	if err != nil || !dead {
+		// Not sure: leave it to the next round (the TTL still bounds it).
+		return 0, err
+	}
+	holders, err := s.store.ReapPod(ctx, pod)
+	s.dispatch(ctx, ReasonPod, holders)
+	if len(holders) > 0 {
+		s.log.Info("Reaped holders of dead pod", "pod", pod.String(), "uid", pod.UID, "liveness", reason, "holders", len(holders))
+	}
+	return len(holders), err
+}
+
+// reapGone reaps the pods reported gone since the last call.
+func (s *Sweeper) reapGone(ctx context.Context) {
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = map[leasestore.PodRef]bool{}
+	s.mu.Unlock()
+	for pod := range pending {
+		candidates := []leasestore.PodRef{pod}
+		if pod.UID != "" {
+			// Holders recorded without a UID name the pod only.
+			candidates = append(candidates, leasestore.PodRef{Namespace: pod.Namespace, Name: pod.Name})
+		}
+		for _, p := range candidates {
+			if _, err := s.reapIfDead(ctx, p); err != nil {
+				s.log.Error(err, "Immediate pod-dead reap failed; the next round retries", "pod", p.String())
+			}
+		}
+	}
+}
+
+func (s *Sweeper) dispatch(ctx context.Context, reason string, holders []leasestore.Holder) {
+	if len(holders) > 0 && s.listener != nil {
+		s.listener.Revoked(ctx, reason, holders)
+	}
+}
+
+func (s *Sweeper) logRound(res Result, err error) {
+	if err != nil {
+		s.log.Error(err, "Sweep incomplete", "idle", res.Idle, "pod", res.Pod)
+		return
+	}
+	if res.Idle > 0 || res.Pod > 0 || res.Reconcile.Corrected > 0 || res.Reconcile.Created > 0 || res.Reconcile.Deleted > 0 {
+		s.log.Info("Sweep", "idle", res.Idle, "pod", res.Pod, "corrected", res.Reconcile.Corrected,
+			"created", res.Reconcile.Created, "deleted", res.Reconcile.Deleted, "skipped", res.Reconcile.Skipped)
+	} else {
+		s.log.V(1).Info("Sweep found nothing")
+	}
+}
