@@ -24,7 +24,7 @@ help: ## Show this help.
 ##@ Development
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests into config/.
-	$(CONTROLLER_GEN) rbac:roleName=lease-operator-manager crd webhook paths="./..." \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
 
@@ -65,8 +65,9 @@ test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 		go test -count=1 -tags e2e $(GOTEST_FLAGS) ./test/e2e/...
 
 .PHONY: bench
-bench: mongodev ## Run the benchmarks (store round trips and throughput) against the dev server or $$MONGODB_URI.
-	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 2s ./internal/...
+bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 200x ./internal/leasestore/
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 100x ./internal/admission/
 
 ##@ Build
 .PHONY: build

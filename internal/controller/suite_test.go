@@ -2,8 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"testing/fstest"
@@ -28,11 +26,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 )
-
-// envtestVersionDir is the directory hack/envtest-bins.sh builds the control plane into,
-// under ${XDG_CACHE_HOME:-~/.cache}/lease-operator/envtest.
-const envtestVersionDir = "k8s-1.37.2-etcd-3.6.16"
 
 // suiteBuiltin is a built-in definition only this suite knows (as if from --defaults-dir).
 const suiteBuiltin = `name: suitebuiltin
@@ -54,32 +49,13 @@ var (
 )
 
 func TestControllers(t *testing.T) {
-	dir, err := binaryAssets()
+	dir, err := envtestbin.AssetsDir()
 	if err != nil {
 		t.Skip(err.Error())
 	}
 	assetsDir = dir
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Controller Suite")
-}
-
-// binaryAssets returns KUBEBUILDER_ASSETS if set, otherwise the cache directory of
-// hack/envtest-bins.sh when it holds both binaries.
-func binaryAssets() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir, nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and there is no cache directory (%w); run: KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh) go test ./internal/controller/...", err)
-	}
-	dir := filepath.Join(cache, "lease-operator", "envtest", envtestVersionDir)
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and %s has no %s; run: KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh) go test ./internal/controller/...", dir, bin)
-		}
-	}
-	return dir, nil
 }
 
 var _ = BeforeSuite(func() {

@@ -2,7 +2,6 @@ package sweeper_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -36,12 +35,9 @@ import (
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
-
-// envtestVersionDir is the directory hack/envtest-bins.sh builds the control plane into,
-// under ${XDG_CACHE_HOME:-~/.cache}/lease-operator/envtest.
-const envtestVersionDir = "k8s-1.37.2-etcd-3.6.16"
 
 // sharedSecret protects the stand-in agents' receivers, as in production.
 const sharedSecret = "suite-secret"
@@ -64,7 +60,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestSweeper(t *testing.T) {
-	dir, err := binaryAssets()
+	dir, err := envtestbin.AssetsDir()
 	if err != nil {
 		t.Skip(err.Error())
 	}
@@ -72,25 +68,6 @@ func TestSweeper(t *testing.T) {
 	suiteT = t
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Sweeper and Revocation Suite")
-}
-
-// binaryAssets returns KUBEBUILDER_ASSETS if set, otherwise the cache directory of
-// hack/envtest-bins.sh when it holds both binaries.
-func binaryAssets() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir, nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and there is no cache directory (%w); run: KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh) go test ./internal/sweeper/...", err)
-	}
-	dir := filepath.Join(cache, "lease-operator", "envtest", envtestVersionDir)
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and %s has no %s; run: KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh) go test ./internal/sweeper/...", dir, bin)
-		}
-	}
-	return dir, nil
 }
 
 var _ = BeforeSuite(func() {

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/revocation"
+	leasewebhook "github.com/vancetope/lease-operator/internal/webhook"
+)
+
+// agentFlags are the sidecar's settings.
+type agentFlags struct {
+	store        storeFlags
+	apiAddr      string
+	internalAddr string
+	namespace    string
+}
+
+func (f *agentFlags) bind(fs *flag.FlagSet) {
+	f.store.bind(fs)
+	fs.StringVar(&f.apiAddr, "api-bind-address", fmt.Sprintf("127.0.0.1:%d", leasewebhook.AgentAPIPort),
+		"Address of the admission API for the pod's own containers.")
+	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", leasewebhook.AgentInternalPort),
+		"Address of the endpoint that receives revocations forwarded by other pods.")
+	fs.StringVar(&f.namespace, "definitions-namespace", envOr("LEASE_DEFINITIONS_NAMESPACE", ""),
+		"Namespace of the LeaseDefinitions (env LEASE_DEFINITIONS_NAMESPACE); empty watches all.")
+}
+
+// runAgent runs the lease agent: the admission library for the pod's own containers on
+// 127.0.0.1, with the pod's identity from the downward API, the long-poll for revocations,
+// and the endpoint that receives revocations forwarded by reapers elsewhere.
+func runAgent(args []string) error {
+	var f agentFlags
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	f.bind(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log := ctrl.Log.WithName("agent")
+	ctx := ctrl.SetupSignalHandler()
+
+	self, err := httpapi.AgentIdentityFromEnv()
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(leasev1alpha1.AddToScheme(scheme))
+	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&leasev1alpha1.LeaseDefinition{}: {}}}
+	if f.namespace != "" {
+		copts.DefaultNamespaces = map[string]cache.Config{f.namespace: {}}
+	}
+	// A manager only to run the definitions cache, the servers and the probes; the agent
+	// runs no controller and needs no leader.
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  copts,
+		HealthProbeBindAddress: "0",
+		Metrics:                metricsOff(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the agent: %w", err)
+	}
+	if err := k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	resolver, err := newResolver(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
+	if err != nil {
+		return err
+	}
+	if err := k8ssource.RegisterInvalidation(ctx, mgr.GetCache(), resolver); err != nil {
+		return err
+	}
+
+	store, err := leasestore.Connect(f.store.uri, f.store.database)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = store.Close(context.Background()) }()
+
+	m := metrics.Default()
+	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
+	registry := revocation.NewDefaultRegistry(hub, nil, nil)
+	// The agent watches no pods: for the holders its lazy sweep reaps, its own pod is alive
+	// and every other pod counts as unreachable, so their handlers take the dead path here
+	// (podBound: release only). Those holders still learn of it at their next check
+	// (LEASE_LOST); the manager's sweep forwards its own reaps to live pods.
+	dispatcher := revocation.NewDispatcher(selfOnly{self: self}, self, registry,
+		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
+	svc := admission.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
+
+	api := http.NewServeMux()
+	api.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
+	// The internal port is the one the kubelet and other pods reach: revocations and probes.
+	internal := http.NewServeMux()
+	internal.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
+		revocation.WithSharedSecret(f.store.secret), revocation.WithReceiverLogger(log.WithName("receiver")),
+		revocation.WithHolderCheck(stillHeld(store))))
+	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// Ready once the definitions are cached. A store outage does not make the agent unready:
+	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of
+	// its Services; it shows per call as LEASE_UNAVAILABLE instead.
+	internal.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
+			http.Error(w, "lease definitions not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+
+	for _, r := range []manager.Runnable{
+		dispatcher,
+		httpServer{name: "agent API", addr: f.apiAddr, handler: api},
+		httpServer{name: "agent internal", addr: f.internalAddr, handler: internal},
+	} {
+		if err := mgr.Add(r); err != nil {
+			return fmt.Errorf("adding runnable: %w", err)
+		}
+	}
+	log.Info("Starting the lease agent", "pod", self.String(), "api", f.apiAddr, "internal", f.internalAddr)
+	return mgr.Start(ctx)
+}
+
+// stillHeld asks the store whether a holder exists: a forwarded revocation is only acted on
+// once the holder is gone.
+func stillHeld(store *leasestore.Store) revocation.HeldFunc {
+	return func(ctx context.Context, token string) (bool, error) {
+		_, err := store.GetHolder(ctx, token)
+		if errors.Is(err, leasestore.ErrLost) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+}
+
+// selfOnly is the agent's pod view: only its own pod is known, and alive.
+type selfOnly struct{ self leasestore.PodRef }
+
+var _ revocation.PodView = selfOnly{}
+
+func (selfOnly) WaitForSync(context.Context) bool          { return true }
+func (s selfOnly) Alive(pod leasestore.PodRef) bool        { return pod == s.self }
+func (selfOnly) Endpoint(leasestore.PodRef) (string, bool) { return "", false }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/podwatch"
+)
+
+// httpServer serves handler on addr until ctx is done, then shuts down gracefully. It is a
+// manager Runnable that every replica runs (no leader election).
+type httpServer struct {
+	name    string
+	addr    string
+	handler http.Handler
+}
+
+func (s httpServer) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("%s: listening on %s: %w", s.name, s.addr, err)
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Long-polls (GET /v1/leases/{token}/events) last up to a minute.
+		WriteTimeout: 90 * time.Second,
+		IdleTimeout:  2 * time.Minute,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("%s: %w", s.name, err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("%s: shutting down: %w", s.name, err)
+	}
+	return nil
+}
+
+func (httpServer) NeedLeaderElection() bool { return false }
+
+// podByIP identifies the caller of the manager's admission API by its source address: the
+// pod informer maps pod IPs to pods. A caller that is no known pod (a developer's curl, a
+// client outside the cluster) holds leases without a pod, which only the idle reap frees.
+func podByIP(w *podwatch.Watcher) func(*http.Request) (leasestore.PodRef, error) {
+	return func(r *http.Request) (leasestore.PodRef, error) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		pod, _ := w.PodByIP(host)
+		return pod, nil
+	}
+}
+
+// metricsOff disables controller-runtime's metrics server (the agent exposes none).
+func metricsOff() metricsserver.Options { return metricsserver.Options{BindAddress: "0"} }
+
+// maxWait bounds how long one acquire request may wait for a slot, so that its answer fits
+// in the servers' write timeout; a definition's longer waitMs is cut to it.
+const maxWait = 80 * time.Second

@@ -1,0 +1,146 @@
+// Package webhook injects the lease agent into workload pods: a mutating admission webhook
+// served by the manager adds the agent as a native sidecar to every pod annotated
+// lease.vancetope.io/inject: "true".
+//
+// The mutation is the pure function Inject; the webhook is a thin adapter around it, so the
+// rules of injection can be read (and tested) without an API server.
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Annotations and labels on workload pods.
+const (
+	// AnnotationInject asks for the lease agent: "true" injects it, "false" (or no annotation)
+	// leaves the pod alone, any other value is rejected.
+	AnnotationInject = "lease.vancetope.io/inject"
+	// AnnotationStoreSecret overrides, for one pod, the name of the Secret (in the pod's
+	// namespace) that holds the store's connection string.
+	AnnotationStoreSecret = "lease.vancetope.io/store-secret"
+	// LabelAgent marks a pod that carries the lease agent; the manager's pod informer may
+	// select on it.
+	LabelAgent = "lease.vancetope.io/agent"
+)
+
+// The agent's side of the contract: what the injected container runs and how it is reached.
+// The manager binary must honour these (see AgentArgs).
+const (
+	// AgentContainerName is the name of the injected init container. A pod that already has
+	// a container of this name is never injected again.
+	AgentContainerName = "lease-agent"
+	// AgentMode is the first argument of the manager binary that selects sidecar mode.
+	AgentMode = "agent"
+
+	// AgentAPIPort serves the admission API (POST /v1/leases, ...) to the pod's own
+	// containers. The agent binds it on 127.0.0.1 only: every call on it acts with this
+	// pod's identity (from the downward API), so nothing outside the pod may reach it.
+	AgentAPIPort = 8090
+	// AgentAPIPortName names AgentAPIPort in the pod spec.
+	AgentAPIPortName = "lease-agent"
+	// AgentInternalPort serves, on all interfaces, only what must be reachable from outside
+	// the pod: POST /internal/lease/revoked (revocations forwarded by other pods and the
+	// manager) and the kubelet's probes /healthz and /readyz. The kubelet probes the pod IP,
+	// so the probes cannot live on the loopback-only API port.
+	AgentInternalPort = 8091
+	// AgentInternalPortName names AgentInternalPort in the pod spec.
+	AgentInternalPortName = "lease-internal"
+
+	// AgentURLEnv is set in every other container of the pod so the app finds its agent.
+	AgentURLEnv = "LEASE_AGENT_URL"
+
+	// DefaultStoreSecret is the Secret read for MONGODB_URI unless configured otherwise.
+	DefaultStoreSecret = "lease-store"
+	// StoreSecretKey is the key in the store Secret that holds the MongoDB connection string.
+	StoreSecretKey = "uri"
+)
+
+// Environment variables of the agent container.
+const (
+	EnvPodName       = "POD_NAME"
+	EnvPodNamespace  = "POD_NAMESPACE"
+	EnvPodUID        = "POD_UID"
+	EnvPodIP         = "POD_IP"
+	EnvMongoURI      = "MONGODB_URI"
+	EnvMongoDatabase = "MONGODB_DATABASE"
+)
+
+// AgentURL is the value of LEASE_AGENT_URL: the API port on loopback.
+const AgentURL = "http://127.0.0.1:8090"
+
+// AgentArgs are the arguments of the agent container: sidecar mode, then its two listeners.
+// The manager binary must accept them: `manager agent --api-bind-address=127.0.0.1:8090
+// --internal-bind-address=:8091`.
+func AgentArgs() []string {
+	return []string{
+		AgentMode,
+		"--api-bind-address=127.0.0.1:" + strconv.Itoa(AgentAPIPort),
+		"--internal-bind-address=:" + strconv.Itoa(AgentInternalPort),
+	}
+}
+
+// Config is what the webhook needs to build the agent container.
+type Config struct {
+	// Image is the agent's image: the manager's own image (--agent-image). Required.
+	Image string
+	// ImagePullPolicy of the agent container; empty leaves the API server's default.
+	ImagePullPolicy corev1.PullPolicy
+	// StoreSecret names the Secret, in the pod's namespace, whose key "uri" becomes
+	// MONGODB_URI. Default DefaultStoreSecret; a pod may override it with
+	// AnnotationStoreSecret.
+	StoreSecret string
+	// StoreDatabase, when set, becomes MONGODB_DATABASE.
+	StoreDatabase string
+	// Resources of the agent container; zero means DefaultAgentResources.
+	Resources corev1.ResourceRequirements
+}
+
+// DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.
+// No CPU limit (throttling shows up as acquire latency); a memory limit so a leaking agent
+// cannot take the node's memory.
+func DefaultAgentResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("10m"),
+			corev1.ResourceMemory: resource.MustParse("48Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		},
+	}
+}
+
+// withDefaults fills the optional fields.
+func (c Config) withDefaults() Config {
+	if c.StoreSecret == "" {
+		c.StoreSecret = DefaultStoreSecret
+	}
+	if len(c.Resources.Requests) == 0 && len(c.Resources.Limits) == 0 && len(c.Resources.Claims) == 0 {
+		c.Resources = DefaultAgentResources()
+	}
+	return c
+}
+
+// Validate reports a configuration the webhook cannot inject with.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Image == "" {
+		errs = append(errs, errors.New("agent image is required"))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(c.StoreSecret) {
+		errs = append(errs, fmt.Errorf("store secret %q: %s", c.StoreSecret, msg))
+	}
+	switch c.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs = append(errs, fmt.Errorf("image pull policy %q: want Always, IfNotPresent or Never", c.ImagePullPolicy))
+	}
+	return errors.Join(errs...)
+}
