@@ -114,10 +114,10 @@ func TestConcurrencyInvariant(t *testing.T) {
 				req := request(r.name, tenant, project, user, r.caps)
 				req.Pod = leasestore.PodRef{Namespace: "ns", Name: uniq("pod-", w%clients), UID: uniq("uid-", w%clients)}
 				mode := rng.IntN(10)
-				switch {
-				case mode == 0: // will be abandoned: short TTL, never touched; an idle reap takes it
+				switch mode {
+				case 0: // will be abandoned: short TTL, never touched; an idle reap takes it
 					req.TTL = time.Second
-				case mode == 1: // its pod is about to die; a pod reap takes it
+				case 1: // its pod is about to die; a pod reap takes it
 					req.Pod = leasestore.PodRef{Namespace: "ns", Name: "dying", UID: uniq("dead-", w)}
 				}
 				h, err := s.Acquire(context.Background(), req)

@@ -43,7 +43,7 @@ const (
 	StepHolderDeleted Step = "holder-deleted"
 )
 
-// ErrCrash, returned by a fault hook, makes the operation stop where it is, without any
+// ErrCrash is what a fault hook returns to make the operation stop where it is, without any
 // cleanup, as a process crash would.
 var ErrCrash = errors.New("simulated crash")
 
