@@ -62,7 +62,7 @@ test: vet mongodev ## Run all tests: unit, store (dev server or $$MONGODB_URI), 
 .PHONY: test-e2e
 test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
-		go test -count=1 -tags e2e $(GOTEST_FLAGS) ./test/e2e/...
+		go test -count=1 $(GOTEST_FLAGS) ./test/e2e/...
 
 .PHONY: bench
 bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.

@@ -83,6 +83,9 @@ func runManager(args []string) error {
 		return err
 	}
 	log := ctrl.Log.WithName("setup")
+	if least := 2 * leasestore.DefaultOpTimeout; f.reconcileSafety < least {
+		return fmt.Errorf("--reconcile-safety %v is too short: it must exceed what an acquire or release may take (at least %v)", f.reconcileSafety, least)
+	}
 	ctx := ctrl.SetupSignalHandler()
 
 	scheme := runtime.NewScheme()
@@ -175,9 +178,9 @@ func runManager(args []string) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("store", func(r *http.Request) error { return store.Ping(r.Context()) }); err != nil {
-		return fmt.Errorf("adding ready check: %w", err)
-	}
+	// The store is deliberately not a readiness check: a MongoDB blip would take every replica
+	// out of its Services and, with the webhook's failurePolicy Fail, block annotated pods;
+	// callers get 503 LEASE_UNAVAILABLE per call instead.
 	if err := mgr.AddReadyzCheck("pods", watcher.ReadyCheck); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}

@@ -30,6 +30,8 @@ func (s httpServer) Start(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		// Request bodies are small (64 KiB at most); a slow body must not hold a connection.
+		ReadTimeout: 30 * time.Second,
 		// Long-polls (GET /v1/leases/{token}/events) last up to a minute.
 		WriteTimeout: 90 * time.Second,
 		IdleTimeout:  2 * time.Minute,

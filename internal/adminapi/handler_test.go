@@ -414,8 +414,8 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	faulty := newFixture(t, newStoreAt(t, uri, db, leasestore.WithFault(failDecrement)), secret)
 	careful := newFixture(t, newStoreAt(t, uri, db), secret) // default 60 s safety margin
 	// A negative margin puts the cutoff in the future: every drifting counter qualifies at
-	// once, without waiting out a margin.
-	eager := newFixture(t, newStoreAt(t, uri, db, leasestore.WithSafetyMargin(-time.Hour)), secret)
+	// once, without waiting out a margin; a lowering still needs a second sighting.
+	eager := newFixture(t, newStoreAt(t, uri, db, leasestore.WithSafetyMargin(-time.Hour), leasestore.WithReconcileConfirm(0)), secret)
 
 	wide := caps(2, 2, 2, 2)
 	kept := mustAcquire(t, careful.store, request("acme", "u", podA, wide))
@@ -444,7 +444,8 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 		state [2]int
 	}{
 		{"inside the safety margin", careful, adminapi.ReconcileView{Skipped: 4}, [2]int{2, 1}},
-		{"after the safety margin", eager, adminapi.ReconcileView{Corrected: 4}, [2]int{1, 1}},
+		{"after the safety margin, first sighting", eager, adminapi.ReconcileView{Skipped: 4}, [2]int{2, 1}},
+		{"after the safety margin, confirmed", eager, adminapi.ReconcileView{Corrected: 4}, [2]int{1, 1}},
 		{"nothing left to do", eager, adminapi.ReconcileView{}, [2]int{1, 1}},
 	}
 	for _, tc := range reconcileCases {

@@ -70,7 +70,10 @@ func validateAcquire(req AcquireRequest) error {
 // wide (specification §4): the holder is written first (PENDING); per level the counter is
 // incremented by a conditional update and then the key is pushed to the holder; the last
 // push also marks the holder HELD. A full level or a store error rolls the attempt back.
-// Acquire does not wait: a full level returns a *BusyError at once.
+// Acquire does not wait: a full level returns a *BusyError at once. Once started, an attempt
+// is not cut short by the caller's cancellation or deadline, only by the store's operation
+// timeout: a write cut mid-flight may still apply, and an increment nobody knows of would
+// block its slot until reconcile.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return Holder{}, err
@@ -83,7 +86,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Holder, error)
 	if err != nil {
 		return Holder{}, err
 	}
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 
 	doc := holderDoc{
@@ -174,6 +177,11 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 	}
 	_, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.ID}}, update, options.UpdateOne().SetUpsert(true))
 	if err != nil {
+		// The insert may have applied: remove the holder (it books nothing yet), or it
+		// would be idle-reaped later as a lease nobody received.
+		if _, derr := s.holders.DeleteOne(ctx, bson.D{{Key: "_id", Value: doc.ID}}); derr != nil {
+			err = errors.Join(err, derr)
+		}
 		return unavailable("creating holder for "+doc.Resource, err)
 	}
 	return nil

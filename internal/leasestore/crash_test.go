@@ -30,14 +30,16 @@ func crashAt(step leasestore.Step, keyPrefix string, err error) leasestore.Fault
 
 // pair returns a store with a fault hook and a clean store on the same database, with a
 // short reconcile safety margin.
-func pair(t *testing.T, margin time.Duration, fault leasestore.FaultFunc) (faulty, clean *leasestore.Store) {
+func pair(t *testing.T, margin time.Duration, fault leasestore.FaultFunc, cleanOpts ...leasestore.Option) (faulty, clean *leasestore.Store) {
 	t.Helper()
 	uri, err := mongotest.URI()
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := mongotest.DatabaseName(t)
-	clean = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin))
+	// Reconcile lowers a counter only on a second sighting; no extra delay in these tests.
+	opts := append([]leasestore.Option{leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0)}, cleanOpts...)
+	clean = newStoreAt(t, uri, db, opts...)
 	faulty = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin), leasestore.WithFault(fault))
 	return faulty, clean
 }
@@ -63,12 +65,16 @@ func reconcileRepairs(t *testing.T, s *leasestore.Store, margin time.Duration) {
 		t.Errorf("reconcile inside the safety margin changed counters: %+v", res)
 	}
 	time.Sleep(margin + 100*time.Millisecond)
+	first, err := s.Reconcile(ctx) // a lowering is only noted on its first sighting
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err = s.Reconcile(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Corrected+res.Deleted == 0 {
-		t.Errorf("reconcile after the margin repaired nothing: %+v", res)
+		t.Errorf("reconcile after the margin repaired nothing: %+v then %+v", first, res)
 	}
 	assertNoDrift(t, s)
 }
@@ -176,12 +182,14 @@ func TestReconcileCorrectsAndRecreates(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(margin + 100*time.Millisecond)
-	res, err := clean.Reconcile(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Corrected != 4 {
-		t.Errorf("reconcile = %+v, want 4 corrected", res)
+	for i, want := range []leasestore.ReconcileResult{{Skipped: 4}, {Corrected: 4}} {
+		res, err := clean.Reconcile(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res != want {
+			t.Errorf("reconcile pass %d = %+v, want %+v", i+1, res, want)
+		}
 	}
 	for k, v := range counts(t, clean) {
 		if v != [2]int{1, 1} {
@@ -276,7 +284,7 @@ func TestUnreachableStoreFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := mongotest.DatabaseName(t)
-	clean := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(300*time.Millisecond))
+	clean := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(300*time.Millisecond), leasestore.WithReconcileConfirm(0))
 	puri, target := proxiedURI(t, uri)
 	proxy := newCutProxy(t, target)
 	purl, _ := url.Parse(puri)
@@ -331,12 +339,57 @@ func TestUnreachableStoreFailsClosed(t *testing.T) {
 		}
 	}
 	time.Sleep(400 * time.Millisecond)
-	if _, err := clean.Reconcile(ctx); err != nil {
-		t.Fatal(err)
+	for range 2 { // a lowering needs a second sighting
+		if _, err := clean.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	assertNoDrift(t, clean)
 	if err := s.Touch(ctx, h.Token); err != nil {
 		t.Errorf("touch after the outage: %v", err)
 	}
 	mustAcquire(t, s, request("mid", "acme", "p", "u", allCaps(1, 1, 1, 1)))
+}
+
+// A release deletes its holder before it decrements: a reconcile that reads in between sees
+// the counter above what is booked. Lowering it then would take the slot back twice and
+// overbook the cap; reconcile must wait for a second sighting, later than any in-flight
+// decrement can take.
+func TestReconcileDuringReleaseDoesNotTakeTheSlotTwice(t *testing.T) {
+	var clean *leasestore.Store
+	var passes []leasestore.ReconcileResult
+	reconcileInTheWindow := func(step leasestore.Step, _ string) error {
+		if step == leasestore.StepHolderDeleted {
+			for range 2 {
+				res, err := clean.Reconcile(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				passes = append(passes, res)
+			}
+		}
+		return nil
+	}
+	// Every counter qualifies at once (negative margin); only the confirmation protects.
+	faulty, c := pair(t, -time.Hour, reconcileInTheWindow, leasestore.WithReconcileConfirm(time.Second))
+	clean = c
+	caps := allCaps(2, 2, 2, 2)
+	h1 := mustAcquire(t, clean, request("r", "acme", "p", "u", caps))
+	mustAcquire(t, clean, request("r", "acme", "p", "u", caps))
+
+	if ok, err := faulty.Release(context.Background(), h1.Token); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if len(passes) != 2 || passes[0].Skipped != 4 || passes[1].Corrected+passes[1].Deleted != 0 {
+		t.Errorf("reconcile passes inside the release = %+v, want both to leave the counters alone", passes)
+	}
+	for k, v := range counts(t, clean) {
+		if v != [2]int{1, 1} {
+			t.Errorf("counter %s = %v after the release, want 1 of 1", k, v)
+		}
+	}
+	mustAcquire(t, clean, request("r", "acme", "p", "u", caps))
+	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", caps)); !errors.Is(err, leasestore.ErrBusy) {
+		t.Errorf("third holder on cap 2: %v, want busy", err)
+	}
 }

@@ -67,9 +67,11 @@ func (s *Store) Release(ctx context.Context, token string) (released bool, err e
 }
 
 // deleteHolder deletes one holder matching filter and, having deleted it, decrements its
-// levels. ok is false when nothing matched.
+// levels. ok is false when nothing matched. It runs to its end whatever the caller's context
+// (bounded by the operation timeout): a delete cut mid-flight may still apply, and its slots
+// must come back.
 func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (Holder, bool, error) {
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	var doc holderDoc
 	err := s.holders.FindOneAndDelete(ctx, filter).Decode(&doc)
@@ -82,10 +84,7 @@ func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (Holder, bool, 
 	if err := s.fault(StepHolderDeleted, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("deleting holder "+doc.ID, err)
 	}
-	// The holder is gone: its slots must come back even if the caller gave up meanwhile.
-	dctx, dcancel := s.bound(context.WithoutCancel(ctx))
-	defer dcancel()
-	if err := s.decrement(dctx, doc.Levels); err != nil {
+	if err := s.decrement(ctx, doc.Levels); err != nil {
 		return doc.holder(), true, err
 	}
 	return doc.holder(), true, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -15,6 +16,14 @@ import (
 // Only counters whose updatedAt is older than the safety margin are touched, and only by a
 // compare-and-set on the count and updatedAt it read, so a concurrent acquire or release
 // wins. A counter that no holder books is deleted rather than zeroed.
+//
+// Lowering a counter needs more than one look: a release deletes its holder first and
+// decrements second, and a delete does not change the counter, so one pass that reads
+// between the two would take the slot back twice (overbooking the cap). A counter is
+// therefore lowered (or deleted) only when this store saw the same count, updatedAt and
+// booked number in an earlier pass at least the confirmation delay before (longer than any
+// in-flight decrement may take: WithReconcileConfirm, default twice the operation
+// timeout). Raising a counter to what is booked is safe at once.
 func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 	var res ReconcileResult
 	now, err := s.ServerTime(ctx)
@@ -35,6 +44,10 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	seen := make(map[string]bool, len(counters))
+	s.mu.Lock()
+	previous := s.lowering
+	s.lowering = map[string]lowering{}
+	s.mu.Unlock()
 	for _, c := range counters {
 		seen[c.ID] = true
 		want := booked[c.ID]
@@ -44,6 +57,21 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 		if !c.UpdatedAt.Before(cutoff) {
 			res.Skipped++
 			continue
+		}
+		if want < c.Count {
+			obs := lowering{count: c.Count, updatedAt: c.UpdatedAt, want: want, seen: now}
+			p, confirmed := previous[c.ID]
+			confirmed = confirmed && p.same(obs)
+			if confirmed {
+				obs.seen = p.seen
+			}
+			if !confirmed || now.Sub(obs.seen) < s.cfg.confirm {
+				s.mu.Lock()
+				s.lowering[c.ID] = obs
+				s.mu.Unlock()
+				res.Skipped++
+				continue
+			}
 		}
 		cas := bson.D{{Key: "_id", Value: c.ID}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
 		if want == 0 {
@@ -193,4 +221,18 @@ func sortHolders(hs []Holder) {
 		}
 		return hs[i].Token < hs[j].Token
 	})
+}
+
+// lowering is a counter seen above what its holders book, remembered until a later pass
+// confirms it.
+type lowering struct {
+	count     int
+	updatedAt time.Time
+	want      int
+	// seen is the server time of the first pass that saw exactly this state.
+	seen time.Time
+}
+
+func (l lowering) same(o lowering) bool {
+	return l.count == o.count && l.updatedAt.Equal(o.updatedAt) && l.want == o.want
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -55,8 +56,10 @@ type FaultFunc func(step Step, key string) error
 type config struct {
 	opTimeout    time.Duration
 	safetyMargin time.Duration
-	fault        FaultFunc
-	observe      func(command string)
+	// confirm < 0 means the default: twice the operation timeout.
+	confirm time.Duration
+	fault   FaultFunc
+	observe func(command string)
 }
 
 // Option configures a Store.
@@ -67,6 +70,11 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 
 // WithSafetyMargin sets how old a counter must be before reconcile corrects it.
 func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safetyMargin = d } }
+
+// WithReconcileConfirm sets how long reconcile waits, between two passes that see the same
+// excess, before it lowers a counter (default: twice the operation timeout, which bounds
+// any decrement still in flight).
+func WithReconcileConfirm(d time.Duration) Option { return func(c *config) { c.confirm = d } }
 
 // WithFault installs a fault hook (tests only).
 func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
@@ -84,14 +92,21 @@ type Store struct {
 	counters *mongo.Collection
 	holders  *mongo.Collection
 	cfg      config
+
+	// mu guards lowering: counters seen above their booked holders by the last reconcile.
+	mu       sync.Mutex
+	lowering map[string]lowering
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
 // server; the first call fails with ErrUnavailable when it cannot be reached.
 func Connect(uri, database string, opts ...Option) (*Store, error) {
-	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin}
+	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.confirm < 0 {
+		cfg.confirm = 2 * cfg.opTimeout
 	}
 	copts := options.Client().ApplyURI(uri).
 		SetServerSelectionTimeout(cfg.opTimeout).

@@ -20,8 +20,9 @@ const ReceiverPath = "/internal/lease/revoked"
 // SecretHeader carries the shared secret of forwarded revocations (see NewReceiver).
 const SecretHeader = "X-Lease-Secret"
 
-// DefaultAgentPort is the port the lease agent listens on in a holder pod.
-const DefaultAgentPort = 8090
+// DefaultAgentPort is the lease agent's internal port in a holder pod, where it receives
+// forwarded revocations (its app API on 127.0.0.1:8090 is not reachable from other pods).
+const DefaultAgentPort = 8091
 
 // maxMessageBytes bounds a forwarded revocation body.
 const maxMessageBytes = 64 << 10

@@ -237,7 +237,7 @@ var _ = Describe("Sweeps", func() {
 	})
 
 	It("counts reaps by reason and corrected counters", func(ctx SpecContext) {
-		f := newFixture(ctx, fixtureOptions{storeOpts: []leasestore.Option{leasestore.WithSafetyMargin(time.Millisecond)}})
+		f := newFixture(ctx, fixtureOptions{storeOpts: []leasestore.Option{leasestore.WithSafetyMargin(time.Millisecond), leasestore.WithReconcileConfirm(0)}})
 		pod := f.createPod(ctx, "app-m", "10.9.0.21")
 		other := f.createPod(ctx, "app-n", "10.9.0.22")
 		idle := f.acquire(ctx, "tex", "r-idle", f.self, true, 500*time.Millisecond, nil)
