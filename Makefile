@@ -73,6 +73,7 @@ bench: mongodev ## Run the benchmarks (store round trips per operation, contenti
 .PHONY: build
 build: ## Build the manager and the kubectl plugin into bin/.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
+	go build -o $(LOCALBIN)/kubectl-lease ./cmd/kubectl-lease
 
 .PHONY: mongodev
 mongodev: $(MONGODEV) ## Build the MongoDB-compatible development server.

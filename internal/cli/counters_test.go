@@ -1,0 +1,161 @@
+package cli_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// crashAt returns a fault hook that simulates a crash at step.
+func crashAt(step leasestore.Step) leasestore.FaultFunc {
+	return func(s leasestore.Step, _ string) error {
+		if s == step {
+			return leasestore.ErrCrash
+		}
+		return nil
+	}
+}
+
+// driftSetup books two holders of r for acme/u and releases one through a store that
+// crashes between the holder's deletion and the decrement: every counter stays at 2 while
+// one holder books it.
+func driftSetup(t *testing.T) (testStore, leasestore.Holder) {
+	t.Helper()
+	s := newStore(t)
+	faulty := connect(t, s.uri, s.db, leasestore.WithFault(crashAt(leasestore.StepHolderDeleted)))
+	h1 := mustAcquire(t, s.Store, request("r", "acme", "u", podA, caps(2, 2, 2, 2)))
+	h2 := mustAcquire(t, s.Store, request("r", "acme", "u", podA, caps(2, 2, 2, 2)))
+	if _, err := faulty.Release(context.Background(), h1.Token); !errors.Is(err, leasestore.ErrCrash) {
+		t.Fatalf("release through the faulty store = %v, want the simulated crash", err)
+	}
+	return s, h2
+}
+
+func TestCountersShowDrift(t *testing.T) {
+	s, _ := driftSetup(t)
+	// A second resource without drift.
+	mustAcquire(t, s.Store, request("q", "globex", "bob", podB, []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: 5}}))
+
+	cases := []struct {
+		name  string
+		flags []string
+		want  [][]string
+	}{
+		{name: "all", want: [][]string{
+			{"q", "global", "*", "1", "1", "-"},
+			{"r", "global", "*", "2", "1", "+1"},
+			{"r", "project", "acme/p", "2", "1", "+1"},
+			{"r", "tenant", "acme", "2", "1", "+1"},
+			{"r", "user", "acme/u", "2", "1", "+1"},
+		}},
+		{name: "global level", flags: []string{"--level", "global"}, want: [][]string{
+			{"q", "global", "*", "1", "1", "-"},
+			{"r", "global", "*", "2", "1", "+1"},
+		}},
+		{name: "tenant leaves out global", flags: []string{"--tenant", "acme"}, want: [][]string{
+			{"r", "project", "acme/p", "2", "1", "+1"},
+			{"r", "tenant", "acme", "2", "1", "+1"},
+			{"r", "user", "acme/u", "2", "1", "+1"},
+		}},
+		{name: "resource without drift", flags: []string{"--resource", "q"}, want: [][]string{
+			{"q", "global", "*", "1", "1", "-"},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRun(t, nil, args(s, append([]string{"counters"}, tc.flags...)...)...)
+			rows := tableRows(r.stdout)
+			if diff := cmp.Diff([]string{"RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "UPDATED"}, rows[0]); diff != "" {
+				t.Fatalf("header (-want +got):\n%s", diff)
+			}
+			// Leave out UPDATED, the last cell, which depends on time.
+			var got [][]string
+			for _, row := range rows[1:] {
+				got = append(got, row[:len(row)-1])
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("counters %v (-want +got):\n%s", tc.flags, diff)
+			}
+			drifting := 0
+			for _, w := range tc.want {
+				if w[5] != "-" {
+					drifting++
+				}
+			}
+			note := "drift from the holders that book them"
+			if got := strings.Contains(r.stderr, note); got != (drifting > 0) {
+				t.Errorf("stderr %q: drift note present %v, want %v", r.stderr, got, drifting > 0)
+			}
+		})
+	}
+
+	t.Run("json", func(t *testing.T) {
+		r := mustRun(t, nil, args(s, "counters", "--resource", "r", "--level", "user", "-o", "json")...)
+		type counterJSON struct {
+			Key, Resource, Level, Scope string
+			Count, Booked, Drift        int
+			UpdatedAt                   time.Time
+		}
+		got := decodeStrict[[]counterJSON](t, r.stdout)
+		want := []counterJSON{{Key: "r|user|acme/u", Resource: "r", Level: "user", Scope: "acme/u", Count: 2, Booked: 1, Drift: 1}}
+		if len(got) == 1 && got[0].UpdatedAt.IsZero() {
+			t.Error("counter without updatedAt")
+		}
+		for i := range got {
+			got[i].UpdatedAt = time.Time{}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("counters -o json (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("bad level", func(t *testing.T) {
+		mustFail(t, nil, args(s, "counters", "--level", "pod"), `--level "pod": want user, project, tenant or global`)
+	})
+}
+
+func TestReconcileDirect(t *testing.T) {
+	s, _ := driftSetup(t)
+	// Even with a manager configured in the environment, --manager-url= reconciles directly.
+	env := map[string]string{"LEASE_MANAGER_URL": "http://127.0.0.1:1"}
+
+	// Within the safety margin nothing is touched.
+	r := mustRun(t, env, args(s, "reconcile", "--manager-url=")...)
+	for _, want := range []string{
+		"Reconciled the counters directly in MongoDB (database " + s.db + "; no manager, no handler involved; safety margin 1m0s)",
+		"0 corrected, 0 recreated, 0 deleted (no holder books them), 4 skipped",
+		"4 counters to correct or delete were left alone: changed within the safety margin",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("reconcile output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// After the margin, a first pass notes the excess and a second one, --reconcile-confirm
+	// later, lowers the counters.
+	time.Sleep(300 * time.Millisecond)
+	r = mustRun(t, env, args(s, "reconcile", "--manager-url=", "--reconcile-safety", "200ms", "--reconcile-confirm", "300ms", "-o", "json")...)
+	type reconcileJSON struct {
+		Corrected, Deleted, Created, Skipped int
+		Via                                  string
+	}
+	if diff := cmp.Diff(reconcileJSON{Corrected: 4, Via: "store"}, decodeStrict[reconcileJSON](t, r.stdout)); diff != "" {
+		t.Errorf("reconcile -o json (-want +got):\n%s", diff)
+	}
+	for _, want := range []string{"Warning: a safety margin of 200ms", "Confirming 4 counters above their booked holders: second pass in 300ms"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q lacks %q", r.stderr, want)
+		}
+	}
+
+	r = mustRun(t, nil, args(s, "counters")...)
+	if strings.Contains(r.stdout, "+") || r.stderr != "" {
+		t.Errorf("drift left after reconcile:\n%s%s", r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,320 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// holderJSON is a holder in -o json: the operator API's view plus the TTL.
+type holderJSON struct {
+	adminapi.HolderView
+	// TTLSeconds is the idle time after the last check after which the holder is reaped.
+	TTLSeconds float64 `json:"ttlSeconds"`
+}
+
+func toHolderJSON(h leasestore.Holder) holderJSON {
+	v := adminapi.HolderView{
+		Token:      h.Token,
+		State:      string(h.State),
+		Lease:      h.LeaseName,
+		Resource:   h.Resource,
+		Type:       h.Type,
+		Tenant:     h.Tenant,
+		Project:    h.Project,
+		User:       h.User,
+		HolderRef:  h.HolderRef,
+		Pod:        h.Pod.String(),
+		PodUID:     h.Pod.UID,
+		PodBound:   h.PodBound,
+		Payload:    h.Payload,
+		Levels:     h.Levels,
+		AcquiredAt: h.AcquiredAt.UTC(),
+		LastSeenAt: h.LastSeenAt.UTC(),
+	}
+	if v.Levels == nil {
+		v.Levels = []string{}
+	}
+	return holderJSON{HolderView: v, TTLSeconds: h.TTL.Seconds()}
+}
+
+func newListCommand(o *options) *cobra.Command {
+	var (
+		f   leasestore.HolderFilter
+		out outputFlag
+	)
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List lease holders of all tenants (from MongoDB)",
+		Long: `List the lease holders, oldest first, read directly from MongoDB.
+
+AGE is the time since the acquisition, IDLE the time since the last check (or payload update),
+both on MongoDB's clock; a holder idle longer than its TTL is reaped by the next sweep.`,
+		Example: `  kubectl lease list
+  kubectl lease list --tenant acme --resource tex2pdf
+  kubectl lease list --pod apps/brain-7d9f-x2 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if f.Pod != "" {
+				if _, _, err := splitPod(f.Pod); err != nil {
+					return fmt.Errorf("--pod: %w", err)
+				}
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			s, err := o.openStore()
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			holders, err := s.ListHolders(ctx, f)
+			if err != nil {
+				return s.wrap("listing holders", err)
+			}
+			if out.json() {
+				views := make([]holderJSON, 0, len(holders))
+				for _, h := range holders {
+					views = append(views, toHolderJSON(h))
+				}
+				return writeJSON(o.streams.Out, views)
+			}
+			if len(holders) == 0 {
+				p := newPrinter(o.streams.ErrOut)
+				p.printf("No lease holders found in database %s%s.\n", s.db, describeHolderFilter(f))
+				return p.done()
+			}
+			now, err := s.ServerTime(ctx)
+			if err != nil {
+				return s.wrap("reading the server time", err)
+			}
+			return renderHolders(o.streams.Out, now, holders)
+		},
+	}
+	c.Flags().StringVar(&f.Tenant, "tenant", "", "only holders of this tenant")
+	c.Flags().StringVar(&f.Resource, "resource", "", "only holders of this resource (counter key)")
+	c.Flags().StringVar(&f.Type, "type", "", "only holders of this handler type (tex, mcp, notify, ...)")
+	c.Flags().StringVar(&f.Pod, "pod", "", "only holders of this pod, NAMESPACE/NAME (any UID)")
+	out.bind(c)
+	return c
+}
+
+func describeHolderFilter(f leasestore.HolderFilter) string {
+	var parts []string
+	for _, p := range []struct{ name, v string }{
+		{"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"pod", f.Pod},
+	} {
+		if p.v != "" {
+			parts = append(parts, p.name+" "+p.v)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " for " + strings.Join(parts, ", ")
+}
+
+// renderHolders writes the holder table; now is the server's time.
+func renderHolders(w io.Writer, now time.Time, holders []leasestore.Holder) error {
+	t := newTable(w, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "AGE", "IDLE", "TTL")
+	for _, h := range holders {
+		t.row(h.Token, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h),
+			age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL))
+	}
+	return t.flush()
+}
+
+// stateOf is the stored state, marked when the holder is idle past its TTL (the next sweep
+// reaps it).
+func stateOf(now time.Time, h leasestore.Holder) string {
+	s := string(h.State)
+	if !h.LastSeenAt.IsZero() && h.LastSeenAt.Add(h.TTL).Before(now) {
+		s += ",IDLE-EXPIRED"
+	}
+	return s
+}
+
+func newShowCommand(o *options) *cobra.Command {
+	var out outputFlag
+	c := &cobra.Command{
+		Use:   "show TOKEN",
+		Short: "Show every field of one lease holder, with the counters it books",
+		Example: `  kubectl lease show 3f9c2a0b4d5e6f708192a3b4c5d6e7f8
+  kubectl lease show 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			token := args[0]
+			if err := validToken(token); err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+			s, err := o.openStore()
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			h, err := s.GetHolder(ctx, token)
+			if errors.Is(err, leasestore.ErrLost) {
+				return fmt.Errorf("no holder with token %s in database %s (released, reaped or revoked?)", token, s.db)
+			}
+			if err != nil {
+				return s.wrap("reading holder "+token, err)
+			}
+			if out.json() {
+				return writeJSON(o.streams.Out, toHolderJSON(h))
+			}
+			now, err := s.ServerTime(ctx)
+			if err != nil {
+				return s.wrap("reading the server time", err)
+			}
+			counters, err := s.ListCounters(ctx, leasestore.CounterFilter{Resource: h.Resource})
+			if err != nil {
+				return s.wrap("reading the counters of "+h.Resource, err)
+			}
+			return renderHolder(o.streams.Out, now, h, counters)
+		},
+	}
+	out.bind(c)
+	return c
+}
+
+// renderHolder writes one holder, describe-style; counters are those of its resource.
+func renderHolder(w io.Writer, now time.Time, h leasestore.Holder, counters []leasestore.Counter) error {
+	p := newPrinter(w)
+	field := func(name, value string) {
+		if value == "" {
+			value = "<none>"
+		}
+		p.printf("%-12s %s\n", name+":", value)
+	}
+	field("Token", h.Token)
+	field("State", stateOf(now, h))
+	field("Lease", h.LeaseName)
+	field("Resource", h.Resource)
+	field("Type", h.Type)
+	field("Tenant", h.Tenant)
+	field("Project", h.Project)
+	field("User", h.User)
+	field("Holder ref", h.HolderRef)
+	pod := h.Pod.String()
+	if pod != "" && h.Pod.UID != "" {
+		pod += " (uid " + h.Pod.UID + ")"
+	}
+	field("Pod", pod)
+	field("Pod bound", strconv.FormatBool(h.PodBound))
+	field("TTL", shortDuration(h.TTL))
+	field("Acquired", fmt.Sprintf("%s (%s ago)", timestamp(h.AcquiredAt), age(now, h.AcquiredAt)))
+	lastSeen := fmt.Sprintf("%s (idle %s)", timestamp(h.LastSeenAt), age(now, h.LastSeenAt))
+	if !h.LastSeenAt.IsZero() {
+		if reapAt := h.LastSeenAt.Add(h.TTL); reapAt.Before(now) {
+			lastSeen += "; idle past its TTL: the next sweep reaps it"
+		} else {
+			lastSeen += "; reapable after " + timestamp(reapAt)
+		}
+	}
+	field("Last seen", lastSeen)
+
+	p.println("Levels:")
+	if len(h.Levels) == 0 {
+		p.println("  <none>")
+	} else {
+		byKey := make(map[string]leasestore.Counter, len(counters))
+		for _, c := range counters {
+			byKey[c.Key] = c
+		}
+		var tb strings.Builder
+		missing := false
+		t := newTable(&tb, "LEVEL", "SCOPE", "COUNTER", "COUNT", "BOOKED", "DRIFT")
+		for _, key := range h.Levels {
+			c, ok := byKey[key]
+			if !ok {
+				missing = true
+				t.row(levelOf(key), scopeOf(key), key, "?", "?", "missing")
+				continue
+			}
+			t.row(string(c.Level), c.Scope, key, strconv.Itoa(c.Count), strconv.Itoa(c.Booked), driftMarker(c))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		p.print(indented(tb.String()))
+		if missing {
+			p.println("  (a booked counter is missing, which the funnel never leaves; reconcile recreates it)")
+		}
+	}
+	if h.State == leasestore.StatePending {
+		p.println("  (PENDING: the acquisition is booking its levels, or crashed while doing so)")
+	}
+
+	p.println("Payload:")
+	if len(h.Payload) == 0 {
+		p.println("  <none>")
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Payload)) {
+		p.printf("  %s: %s\n", k, h.Payload[k])
+	}
+	return p.done()
+}
+
+// indented prefixes every line of s with two spaces.
+func indented(s string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if l != "" {
+			b.WriteString("  " + l)
+		}
+	}
+	return b.String()
+}
+
+// levelOf and scopeOf split a counter key <resource>|<level>|<scope>.
+func levelOf(key string) string {
+	parts := strings.Split(key, "|")
+	if len(parts) < 3 {
+		return "?"
+	}
+	return parts[len(parts)-2]
+}
+
+func scopeOf(key string) string {
+	parts := strings.Split(key, "|")
+	return parts[len(parts)-1]
+}
+
+// splitPod parses NAMESPACE/NAME.
+func splitPod(s string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(s, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%q is not NAMESPACE/NAME", s)
+	}
+	return namespace, name, nil
+}
+
+// tokenLen is the length of a holder token: 128 random bits in lowercase hex.
+const tokenLen = 32
+
+// validToken checks the form of a holder token before any store or manager is asked.
+func validToken(token string) error {
+	if len(token) != tokenLen || strings.IndexFunc(token, func(r rune) bool {
+		return (r < '0' || r > '9') && (r < 'a' || r > 'f')
+	}) >= 0 {
+		return fmt.Errorf("%q is not a lease token (want %d lowercase hex digits, as kubectl lease list shows them)", token, tokenLen)
+	}
+	return nil
+}

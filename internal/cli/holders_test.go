@@ -1,0 +1,202 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// seeded holds three holders: acme/ann on pod-a (tex2pdf, tex), acme on pod-a's recreated
+// pod (browser, mcp, no user) and globex/bob on pod-b (tex2pdf, tex).
+type seeded struct {
+	s                    testStore
+	ann, browser, globex leasestore.Holder
+}
+
+func seed(t *testing.T) seeded {
+	t.Helper()
+	s := newStore(t)
+	ann := mustAcquire(t, s.Store, request("tex2pdf", "acme", "ann", podA, caps(1, 2, 3, 6)))
+	bReq := request("browser", "acme", "", podA2, []leasestore.LevelCap{{Level: leasestore.LevelProject, Cap: 2}})
+	bReq.Type, bReq.LeaseName, bReq.PodBound = "mcp", "browser", false
+	bReq.Payload = map[string]string{"endpoint": "http://mcp:8080/mcp", "sessionId": "s-1"}
+	browser := mustAcquire(t, s.Store, bReq)
+	globex := mustAcquire(t, s.Store, request("tex2pdf", "globex", "bob", podB, caps(1, 2, 3, 6)))
+	return seeded{s: s, ann: ann, browser: browser, globex: globex}
+}
+
+func TestListFilters(t *testing.T) {
+	sd := seed(t)
+	annRow := []string{sd.ann.Token, "tex", "tex2pdf", "acme", "p", "ann", "ns/pod-a", "HELD", "1h"}
+	browserRow := []string{sd.browser.Token, "mcp", "browser", "acme", "p", "<none>", "ns/pod-a", "HELD", "1h"}
+	globexRow := []string{sd.globex.Token, "tex", "tex2pdf", "globex", "p", "bob", "other/pod-b", "HELD", "1h"}
+	cases := []struct {
+		name  string
+		flags []string
+		want  [][]string
+	}{
+		{name: "all", want: [][]string{annRow, browserRow, globexRow}},
+		{name: "tenant", flags: []string{"--tenant", "acme"}, want: [][]string{annRow, browserRow}},
+		{name: "resource", flags: []string{"--resource", "tex2pdf"}, want: [][]string{annRow, globexRow}},
+		{name: "type", flags: []string{"--type", "mcp"}, want: [][]string{browserRow}},
+		{name: "pod of any uid", flags: []string{"--pod", "ns/pod-a"}, want: [][]string{annRow, browserRow}},
+		{name: "combined", flags: []string{"--tenant", "acme", "--resource", "tex2pdf"}, want: [][]string{annRow}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRun(t, nil, args(sd.s, append([]string{"list"}, tc.flags...)...)...)
+			got := columns(t, r.stdout, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "TTL")
+			if diff := cmp.Diff(tc.want, got, cmpopts.SortSlices(func(a, b []string) bool { return a[0] < b[0] })); diff != "" {
+				t.Errorf("list %v (-want +got):\n%s", tc.flags, diff)
+			}
+			if r.stderr != "" {
+				t.Errorf("stderr %q, want none", r.stderr)
+			}
+		})
+	}
+
+	t.Run("nothing matches", func(t *testing.T) {
+		r := mustRun(t, nil, args(sd.s, "list", "--tenant", "initech")...)
+		if r.stdout != "" {
+			t.Errorf("stdout %q, want none", r.stdout)
+		}
+		if want := "No lease holders found in database " + sd.s.db + " for tenant initech."; !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q, want %q", r.stderr, want)
+		}
+	})
+	t.Run("bad pod", func(t *testing.T) {
+		mustFail(t, nil, args(sd.s, "list", "--pod", "pod-a"), `--pod: "pod-a" is not NAMESPACE/NAME`)
+	})
+	t.Run("bad output", func(t *testing.T) {
+		mustFail(t, nil, args(sd.s, "list", "-o", "yaml"), `--output "yaml": want table or json`)
+	})
+}
+
+// holderJSON mirrors the plugin's JSON holder, decoded strictly.
+type holderJSON struct {
+	Token      string            `json:"token"`
+	State      string            `json:"state"`
+	Lease      string            `json:"lease"`
+	Resource   string            `json:"resource"`
+	Type       string            `json:"type"`
+	Tenant     string            `json:"tenant"`
+	Project    string            `json:"project"`
+	User       string            `json:"user"`
+	HolderRef  string            `json:"holderRef"`
+	Pod        string            `json:"pod"`
+	PodUID     string            `json:"podUID"`
+	PodBound   bool              `json:"podBound"`
+	Payload    map[string]string `json:"payload"`
+	Levels     []string          `json:"levels"`
+	AcquiredAt string            `json:"acquiredAt"`
+	LastSeenAt string            `json:"lastSeenAt"`
+	TTLSeconds float64           `json:"ttlSeconds"`
+}
+
+func decodeStrict[T any](t testing.TB, s string) T {
+	t.Helper()
+	var v T
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("decoding %T from %q: %v", v, s, err)
+	}
+	return v
+}
+
+var ignoreTimes = cmpopts.IgnoreFields(holderJSON{}, "AcquiredAt", "LastSeenAt")
+
+func TestListJSON(t *testing.T) {
+	sd := seed(t)
+	r := mustRun(t, nil, args(sd.s, "list", "--type", "mcp", "-o", "json")...)
+	got := decodeStrict[[]holderJSON](t, r.stdout)
+	want := []holderJSON{{
+		Token: sd.browser.Token, State: "HELD", Lease: "browser", Resource: "browser", Type: "mcp",
+		Tenant: "acme", Project: "p", HolderRef: "job-1", Pod: "ns/pod-a", PodUID: "uid-a2",
+		Payload: map[string]string{"endpoint": "http://mcp:8080/mcp", "sessionId": "s-1"},
+		Levels:  []string{"browser|project|acme/p"}, TTLSeconds: 3600,
+	}}
+	if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
+		t.Errorf("list -o json (-want +got):\n%s", diff)
+	}
+	if len(got) == 1 && (got[0].AcquiredAt == "" || got[0].LastSeenAt == "") {
+		t.Errorf("holder without its server times: %+v", got[0])
+	}
+
+	r = mustRun(t, nil, args(sd.s, "list", "--tenant", "initech", "-o", "json")...)
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("empty list as JSON = %q, want []", r.stdout)
+	}
+}
+
+func TestShow(t *testing.T) {
+	sd := seed(t)
+	h := sd.ann
+
+	t.Run("table", func(t *testing.T) {
+		r := mustRun(t, nil, args(sd.s, "show", h.Token)...)
+		for _, want := range []string{
+			"Token:       " + h.Token + "\n",
+			"State:       HELD\n",
+			"Lease:       tex\n",
+			"Resource:    tex2pdf\n",
+			"Type:        tex\n",
+			"Tenant:      acme\n",
+			"Project:     p\n",
+			"User:        ann\n",
+			"Holder ref:  job-1\n",
+			"Pod:         ns/pod-a (uid uid-a)\n",
+			"Pod bound:   true\n",
+			"TTL:         1h\n",
+			"Payload:\n  jobId: 42\n",
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("show output lacks %q:\n%s", want, r.stdout)
+			}
+		}
+		// The levels with their counters: globex/bob books the global counter too.
+		levels := r.stdout[strings.Index(r.stdout, "Levels:\n")+len("Levels:\n") : strings.Index(r.stdout, "Payload:")]
+		got := columns(t, levels, "LEVEL", "SCOPE", "COUNTER", "COUNT", "BOOKED", "DRIFT")
+		want := [][]string{
+			{"user", "acme/ann", "tex2pdf|user|acme/ann", "1", "1", "-"},
+			{"project", "acme/p", "tex2pdf|project|acme/p", "1", "1", "-"},
+			{"tenant", "acme", "tex2pdf|tenant|acme", "1", "1", "-"},
+			{"global", "*", "tex2pdf|global|*", "2", "2", "-"},
+		}
+		if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b []string) bool { return a[2] < b[2] })); diff != "" {
+			t.Errorf("levels of show (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		r := mustRun(t, nil, args(sd.s, "show", h.Token, "-o", "json")...)
+		got := decodeStrict[holderJSON](t, r.stdout)
+		want := holderJSON{
+			Token: h.Token, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
+			Tenant: "acme", Project: "p", User: "ann", HolderRef: "job-1", Pod: "ns/pod-a", PodUID: "uid-a",
+			PodBound: true, Payload: map[string]string{"jobId": "42"}, TTLSeconds: 3600,
+			Levels: []string{"tex2pdf|user|acme/ann", "tex2pdf|project|acme/p", "tex2pdf|tenant|acme", "tex2pdf|global|*"},
+		}
+		if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
+			t.Errorf("show -o json (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("gone", func(t *testing.T) {
+		if _, err := sd.s.Release(ctxT(t), sd.globex.Token); err != nil {
+			t.Fatal(err)
+		}
+		mustFail(t, nil, args(sd.s, "show", sd.globex.Token), "no holder with token "+sd.globex.Token, "released, reaped or revoked")
+	})
+	t.Run("not a token", func(t *testing.T) {
+		mustFail(t, nil, args(sd.s, "show", "XYZ"), `"XYZ" is not a lease token`)
+	})
+	t.Run("no token", func(t *testing.T) {
+		mustFail(t, nil, args(sd.s, "show"), "accepts 1 arg(s), received 0", "See 'kubectl lease show --help'")
+	})
+}

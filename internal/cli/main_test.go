@@ -1,0 +1,295 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/cli"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+const secret = "s3cret-admin-token"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	mongotest.Stop()
+	os.Exit(code)
+}
+
+// testStore is a store on a fresh database (dropped on cleanup) with the flags that point the
+// plugin at it.
+type testStore struct {
+	*leasestore.Store
+	uri, db string
+}
+
+func (s testStore) flags() []string {
+	return []string{"--mongodb-uri", s.uri, "--mongodb-database", s.db}
+}
+
+func newStore(t testing.TB, opts ...leasestore.Option) testStore {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatalf("test MongoDB: %v", err)
+	}
+	db := mongotest.DatabaseName(t)
+	return testStore{Store: connect(t, uri, db, opts...), uri: uri, db: db}
+}
+
+// connect opens another client on the same database (e.g. one with a fault hook).
+func connect(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
+	t.Helper()
+	s, err := leasestore.Connect(uri, db, opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if err := s.EnsureIndexes(context.Background()); err != nil {
+		t.Fatalf("indexes: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Drop(ctx)
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// result is one run of the plugin.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run executes the plugin in-process with env as its whole environment.
+func run(t testing.TB, env map[string]string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	streams := cli.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	code := cli.Run(ctxT(t), args, streams, cli.WithEnv(func(k string) string { return env[k] }))
+	return result{stdout: out.String(), stderr: errOut.String(), code: code}
+}
+
+// mustRun runs the plugin and fails the test unless it succeeds.
+func mustRun(t testing.TB, env map[string]string, args ...string) result {
+	t.Helper()
+	r := run(t, env, args...)
+	if r.code != 0 {
+		t.Fatalf("kubectl lease %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// mustFail runs the plugin and fails the test unless it exits 1 with an error on stderr
+// containing every want.
+func mustFail(t testing.TB, env map[string]string, args []string, want ...string) result {
+	t.Helper()
+	r := run(t, env, args...)
+	if r.code != 1 {
+		t.Fatalf("kubectl lease %s: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "error: ") {
+		t.Errorf("stderr %q does not start with \"error: \"", r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr %q does not contain %q", r.stderr, w)
+		}
+	}
+	return r
+}
+
+func args(s testStore, a ...string) []string { return append(a, s.flags()...) }
+
+// caps returns caps for all four levels.
+func caps(user, project, tenant, global int) []leasestore.LevelCap {
+	return []leasestore.LevelCap{
+		{Level: leasestore.LevelUser, Cap: user},
+		{Level: leasestore.LevelProject, Cap: project},
+		{Level: leasestore.LevelTenant, Cap: tenant},
+		{Level: leasestore.LevelGlobal, Cap: global},
+	}
+}
+
+var (
+	podA  = leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}
+	podA2 = leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a2"} // pod-a recreated
+	podB  = leasestore.PodRef{Namespace: "other", Name: "pod-b", UID: "uid-b"}
+)
+
+func request(resource, tenant, user string, pod leasestore.PodRef, c []leasestore.LevelCap) leasestore.AcquireRequest {
+	return leasestore.AcquireRequest{
+		LeaseName: "tex",
+		Resource:  resource,
+		Caps:      c,
+		Tenant:    tenant,
+		Project:   "p",
+		User:      user,
+		Type:      "tex",
+		HolderRef: "job-1",
+		Pod:       pod,
+		PodBound:  true,
+		Payload:   map[string]string{"jobId": "42"},
+		TTL:       time.Hour,
+	}
+}
+
+func mustAcquire(t testing.TB, s *leasestore.Store, req leasestore.AcquireRequest) leasestore.Holder {
+	t.Helper()
+	h, err := s.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatalf("acquire for %s/%s on %s: %v", req.Tenant, req.User, req.Pod, err)
+	}
+	return h
+}
+
+func holderTokens(t testing.TB, s *leasestore.Store) []string {
+	t.Helper()
+	hs, err := s.ListHolders(context.Background(), leasestore.HolderFilter{})
+	if err != nil {
+		t.Fatalf("list holders: %v", err)
+	}
+	out := []string{}
+	for _, h := range hs {
+		out = append(out, h.Token)
+	}
+	return out
+}
+
+// tableRows splits a table into its rows of whitespace-separated cells, header included.
+// Every cell of the plugin's tables is a single word.
+func tableRows(s string) [][]string {
+	var rows [][]string
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if strings.TrimSpace(line) != "" {
+			rows = append(rows, strings.Fields(line))
+		}
+	}
+	return rows
+}
+
+// columns picks the named columns of a table (header first), so that tests can leave out the
+// columns that depend on time.
+func columns(t testing.TB, s string, names ...string) [][]string {
+	t.Helper()
+	rows := tableRows(s)
+	if len(rows) == 0 {
+		t.Fatalf("no table in %q", s)
+	}
+	idx := make([]int, len(names))
+	for i, n := range names {
+		idx[i] = -1
+		for j, h := range rows[0] {
+			if h == n {
+				idx[i] = j
+			}
+		}
+		if idx[i] < 0 {
+			t.Fatalf("table has no column %s: header %v", n, rows[0])
+		}
+	}
+	var out [][]string
+	for _, r := range rows[1:] {
+		if len(r) != len(rows[0]) {
+			t.Fatalf("row %v has %d cells, header %d", r, len(r), len(rows[0]))
+		}
+		picked := make([]string, len(idx))
+		for i, j := range idx {
+			picked[i] = r[j]
+		}
+		out = append(out, picked)
+	}
+	return out
+}
+
+// call is one Revoked call the listener received.
+type call struct {
+	Reason string
+	Tokens []string
+}
+
+// recordingListener records the revoked holders the admin API hands to it.
+type recordingListener struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+func (l *recordingListener) Revoked(_ context.Context, reason string, holders []leasestore.Holder) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := call{Reason: reason, Tokens: []string{}}
+	for _, h := range holders {
+		c.Tokens = append(c.Tokens, h.Token)
+	}
+	l.calls = append(l.calls, c)
+}
+
+func (l *recordingListener) got() []call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]call(nil), l.calls...)
+}
+
+// fakeSweeper returns a fixed result and counts its rounds.
+type fakeSweeper struct {
+	mu     sync.Mutex
+	res    sweeper.Result
+	rounds int
+}
+
+func (f *fakeSweeper) Sweep(context.Context) (sweeper.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rounds++
+	return f.res, nil
+}
+
+func (f *fakeSweeper) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rounds
+}
+
+// manager is the real operator API over a store, with a recording listener and a fake
+// sweeper, behind an httptest server.
+type manager struct {
+	url      string
+	listener *recordingListener
+	sweeper  *fakeSweeper
+}
+
+func newManager(t testing.TB, s *leasestore.Store, adminSecret string) *manager {
+	t.Helper()
+	m := &manager{listener: &recordingListener{}, sweeper: &fakeSweeper{}}
+	h := adminapi.NewHandler(s, m.listener, m.sweeper, adminSecret,
+		adminapi.WithMetrics(metrics.New(prometheus.NewRegistry())))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	m.url = srv.URL
+	return m
+}
+
+// env returns the environment that points the plugin at the manager with secret.
+func (m *manager) env(adminSecret string) map[string]string {
+	return map[string]string{"LEASE_MANAGER_URL": m.url, "LEASE_ADMIN_SECRET": adminSecret}
+}

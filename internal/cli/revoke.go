@@ -1,0 +1,280 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vancetope/lease-operator/internal/adminapi"
+)
+
+// How a revocation was carried out (the "via" of -o json).
+const (
+	viaManager = "manager"
+	viaStore   = "store"
+)
+
+// Handler notes of the outputs.
+const (
+	// noHandlerNote is what a forced revocation leaves undone (specification §9).
+	noHandlerNote = "No handler ran (--force bypasses the manager): the slot is free; the holder fails at its next check (LEASE_LOST); " +
+		"a resource in a foreign system (such as the remote MCP session of a dead pod) is left to its own expiry."
+	managerHandlerNote = "The manager runs each holder's type handler through its dispatcher (reason revoke, as a reap); " +
+		"the holder gets LEASE_LOST at its next check."
+)
+
+// revokeJSON is the -o json answer of revoke.
+type revokeJSON struct {
+	adminapi.RevokeResult
+	Via string `json:"via"`
+	// Handlers says whether the type's handler was dispatched.
+	Handlers string `json:"handlers"`
+}
+
+// revokePodJSON is the -o json answer of revoke-pod.
+type revokePodJSON struct {
+	adminapi.RevokePodResult
+	Via      string `json:"via"`
+	Handlers string `json:"handlers"`
+}
+
+func newRevokeCommand(o *options) *cobra.Command {
+	var (
+		tenant string
+		force  bool
+		out    outputFlag
+	)
+	c := &cobra.Command{
+		Use:   "revoke TOKEN",
+		Short: "Revoke one lease holder (through the manager, which runs its handler)",
+		Long: `Revoke one lease holder. A revocation is a reap on the operator's decision, not a release:
+the holder is deleted, its levels are returned, and the manager runs the type's handler through
+its dispatcher, exactly as for a sweep. The holder gets LEASE_LOST at its next check.
+
+With --tenant only a holder of that tenant is revoked (the binding is in the delete filter).
+
+--force revokes directly in MongoDB, for when no manager is reachable. Then no handler runs: the
+slot is free, the holder fails at its next check, and a resource in a foreign system (a remote
+MCP session of a dead pod) is left to its own expiry.`,
+		Example: `  export LEASE_MANAGER_URL=http://127.0.0.1:8082 LEASE_ADMIN_SECRET=...
+  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 --tenant acme
+  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 --force`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			token := args[0]
+			if err := validToken(token); err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+
+			if force {
+				s, err := o.openStore()
+				if err != nil {
+					return err
+				}
+				defer s.close()
+				h, ok, err := s.Revoke(ctx, token, tenant)
+				if !ok && err == nil {
+					return notFound(token, tenant)
+				}
+				if ok {
+					res := revokeJSON{
+						RevokeResult: adminapi.RevokeResult{Revoked: true, Holder: toHolderJSON(h).HolderView},
+						Via:          viaStore, Handlers: noHandlerNote,
+					}
+					if werr := o.printRevoked(out, res, "directly in MongoDB (database "+s.db+")", err != nil); werr != nil {
+						return werr
+					}
+				}
+				if err != nil {
+					if ok {
+						return s.wrap("returning the levels of the revoked holder (the holder is gone; reconcile repairs the counters)", err)
+					}
+					return s.wrap("revoking holder "+token, err)
+				}
+				return nil
+			}
+
+			ac, err := o.adminClient()
+			if err != nil {
+				return fmt.Errorf("revoke: %w; or --force to revoke directly in MongoDB without a handler", err)
+			}
+			var res adminapi.RevokeResult
+			err = ac.post(ctx, adminapi.PathRevoke, map[string]string{"token": token, "tenant": tenant}, &res)
+			var merr *managerError
+			if err != nil && (!errors.As(err, &merr) || !merr.Partial) {
+				return withForceHint(err)
+			}
+			if werr := o.printRevoked(out, revokeJSON{RevokeResult: res, Via: viaManager, Handlers: managerHandlerNote},
+				"through the manager "+ac.base, err != nil); werr != nil {
+				return werr
+			}
+			return err
+		},
+	}
+	c.Flags().StringVar(&tenant, "tenant", "", "revoke only if the holder belongs to this tenant")
+	c.Flags().BoolVar(&force, "force", false, "revoke directly in MongoDB, without the manager: no handler runs")
+	out.bind(c)
+	return c
+}
+
+func notFound(token, tenant string) error {
+	msg := "no holder with token " + token
+	if tenant != "" {
+		msg += " in tenant " + tenant
+	}
+	return errors.New(msg + " (released, reaped or revoked already?)")
+}
+
+// withForceHint adds the --force hint to an unreachable manager.
+func withForceHint(err error) error {
+	var merr *managerError
+	if errors.As(err, &merr) {
+		return err
+	}
+	return fmt.Errorf("%w; if no manager is reachable, --force revokes directly in MongoDB (no handler runs)", err)
+}
+
+func (o *options) printRevoked(out outputFlag, res revokeJSON, how string, failed bool) error {
+	if out.json() {
+		return writeJSON(o.streams.Out, res)
+	}
+	p := newPrinter(o.streams.Out)
+	h := res.Holder
+	p.printf("Revoked lease %s %s.\n", h.Token, how)
+	p.printf("  %s\n", describeHolderView(h))
+	p.printf("  returned levels: %s\n", joinOrNone(h.Levels))
+	if failed {
+		p.println("  (returning the levels failed: see the error; reconcile repairs the counters)")
+	}
+	p.println(res.Handlers)
+	return p.done()
+}
+
+func describeHolderView(h adminapi.HolderView) string {
+	s := fmt.Sprintf("type %s, resource %s, tenant %s, project %s", h.Type, h.Resource, h.Tenant, h.Project)
+	if h.User != "" {
+		s += ", user " + h.User
+	}
+	if h.Pod != "" {
+		s += ", pod " + h.Pod
+		if h.PodBound {
+			s += " (pod-bound)"
+		}
+	}
+	return s
+}
+
+func joinOrNone(s []string) string {
+	if len(s) == 0 {
+		return "<none>"
+	}
+	return strings.Join(s, ", ")
+}
+
+func newRevokePodCommand(o *options) *cobra.Command {
+	var (
+		force bool
+		out   outputFlag
+	)
+	c := &cobra.Command{
+		Use:   "revoke-pod NAMESPACE/NAME",
+		Short: "Revoke every lease holder of a pod (through the manager, which runs the handlers)",
+		Long: `Revoke every lease holder of the pod NAMESPACE/NAME, whatever its UID: each is a reap on the
+operator's decision, and the manager runs each holder's handler through its dispatcher.
+
+--force revokes directly in MongoDB, for when no manager is reachable; then no handler runs.`,
+		Example: `  kubectl lease revoke-pod apps/brain-7d9f-x2
+  kubectl lease revoke-pod apps/brain-7d9f-x2 --force`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			ns, name, err := splitPod(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.withTimeout(cmd.Context())
+			defer cancel()
+
+			if force {
+				s, err := o.openStore()
+				if err != nil {
+					return err
+				}
+				defer s.close()
+				holders, err := s.RevokePod(ctx, ns, name)
+				views := make([]adminapi.HolderView, 0, len(holders))
+				for _, h := range holders {
+					views = append(views, toHolderJSON(h).HolderView)
+				}
+				res := revokePodJSON{
+					RevokePodResult: adminapi.RevokePodResult{Revoked: len(views), Holders: views},
+					Via:             viaStore, Handlers: noHandlerNote,
+				}
+				if err != nil && len(holders) == 0 {
+					return s.wrap("revoking the holders of pod "+args[0], err)
+				}
+				if werr := o.printRevokedPod(out, args[0], res, "directly in MongoDB (database "+s.db+")"); werr != nil {
+					return werr
+				}
+				if err != nil {
+					return s.wrap("revoking the holders of pod "+args[0]+" (those above are revoked)", err)
+				}
+				return nil
+			}
+
+			ac, err := o.adminClient()
+			if err != nil {
+				return fmt.Errorf("revoke-pod: %w; or --force to revoke directly in MongoDB without handlers", err)
+			}
+			var res adminapi.RevokePodResult
+			err = ac.post(ctx, adminapi.PathRevokePod, map[string]string{"namespace": ns, "name": name}, &res)
+			var merr *managerError
+			if err != nil && (!errors.As(err, &merr) || !merr.Partial) {
+				return withForceHint(err)
+			}
+			if werr := o.printRevokedPod(out, args[0], revokePodJSON{RevokePodResult: res, Via: viaManager, Handlers: managerHandlerNote},
+				"through the manager "+ac.base); werr != nil {
+				return werr
+			}
+			return err
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "revoke directly in MongoDB, without the manager: no handler runs")
+	out.bind(c)
+	return c
+}
+
+func (o *options) printRevokedPod(out outputFlag, pod string, res revokePodJSON, how string) error {
+	if out.json() {
+		if res.Holders == nil {
+			res.Holders = []adminapi.HolderView{}
+		}
+		return writeJSON(o.streams.Out, res)
+	}
+	p := newPrinter(o.streams.Out)
+	if len(res.Holders) == 0 {
+		p.printf("Pod %s holds no leases: nothing revoked (%s).\n", pod, strings.TrimPrefix(how, "through "))
+		return p.done()
+	}
+	p.printf("Revoked %s of pod %s %s.\n", plural(len(res.Holders), "lease", "leases"), pod, how)
+	var tb strings.Builder
+	t := newTable(&tb, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD-UID", "POD-BOUND")
+	for _, h := range res.Holders {
+		t.row(h.Token, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.PodUID, fmt.Sprint(h.PodBound))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	p.print(tb.String())
+	p.println(res.Handlers)
+	return p.done()
+}

@@ -1,0 +1,323 @@
+package cli_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/sweeper"
+)
+
+var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
+
+// The no-handler statement of a forced revocation (specification §9).
+var noHandler = []string{
+	"No handler ran",
+	"the slot is free; the holder fails at its next check (LEASE_LOST); a resource in a foreign system (such as the remote MCP session of a dead pod) is left to its own expiry.",
+}
+
+func TestRevokeForceFreesTheSlotWithoutHandler(t *testing.T) {
+	s := newStore(t)
+	req := request("tex2pdf", "acme", "ann", podA, caps(1, 1, 1, 1))
+	h := mustAcquire(t, s.Store, req)
+	if _, err := s.Acquire(ctxT(t), req); !errors.Is(err, leasestore.ErrBusy) {
+		t.Fatalf("second acquire before the revoke = %v, want busy", err)
+	}
+	// No manager anywhere: --force needs none.
+	r := mustRun(t, nil, args(s, "revoke", h.Token, "--force")...)
+	for _, want := range append([]string{
+		"Revoked lease " + h.Token + " directly in MongoDB (database " + s.db + ").",
+		"type tex, resource tex2pdf, tenant acme, project p, user ann, pod ns/pod-a (pod-bound)",
+		"returned levels: tex2pdf|user|acme/ann, tex2pdf|project|acme/p, tex2pdf|tenant|acme, tex2pdf|global|*",
+	}, noHandler...) {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("revoke --force output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// The state of the world: holder gone, every counter back, the slot free.
+	if _, err := s.GetHolder(ctxT(t), h.Token); !errors.Is(err, leasestore.ErrLost) {
+		t.Errorf("holder after revoke --force: %v, want LEASE_LOST", err)
+	}
+	if _, err := s.Acquire(ctxT(t), req); err != nil {
+		t.Errorf("acquire after revoke --force: %v; the slot should be free", err)
+	}
+	mustFail(t, nil, args(s, "revoke", h.Token, "--force"), "no holder with token "+h.Token)
+}
+
+func TestRevokeForceJSONAndTenantBinding(t *testing.T) {
+	s := newStore(t)
+	h := mustAcquire(t, s.Store, request("tex2pdf", "acme", "ann", podA, caps(1, 1, 1, 1)))
+
+	mustFail(t, nil, args(s, "revoke", h.Token, "--force", "--tenant", "globex"),
+		"no holder with token "+h.Token+" in tenant globex")
+	if diff := cmp.Diff([]string{h.Token}, holderTokens(t, s.Store)); diff != "" {
+		t.Fatalf("a revoke bound to another tenant changed the holders (-want +got):\n%s", diff)
+	}
+
+	r := mustRun(t, nil, args(s, "revoke", h.Token, "--force", "--tenant", "acme", "-o", "json")...)
+	type answer struct {
+		Revoked  bool
+		Via      string
+		Handlers string
+		Holder   holderJSON
+	}
+	got := decodeStrict[answer](t, r.stdout)
+	if !got.Revoked || got.Via != "store" || got.Holder.Token != h.Token || !strings.Contains(got.Handlers, "No handler ran") {
+		t.Errorf("revoke --force -o json = %+v", got)
+	}
+}
+
+func TestRevokeThroughManager(t *testing.T) {
+	s := newStore(t)
+	req := request("tex2pdf", "acme", "ann", podA, caps(1, 1, 1, 1))
+	h := mustAcquire(t, s.Store, req)
+	m := newManager(t, s.Store, secret)
+
+	r := mustRun(t, m.env(secret), args(s, "revoke", h.Token, "--tenant", "acme")...)
+	for _, want := range []string{
+		"Revoked lease " + h.Token + " through the manager " + m.url + ".",
+		"type tex, resource tex2pdf, tenant acme, project p, user ann, pod ns/pod-a (pod-bound)",
+		"The manager runs each holder's type handler through its dispatcher (reason revoke",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("revoke output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "No handler ran") {
+		t.Errorf("revoke through the manager claims no handler ran:\n%s", r.stdout)
+	}
+	if diff := cmp.Diff([]call{{Reason: "revoke", Tokens: []string{h.Token}}}, m.listener.got()); diff != "" {
+		t.Errorf("listener (-want +got):\n%s", diff)
+	}
+	if _, err := s.Acquire(ctxT(t), req); err != nil {
+		t.Errorf("acquire after revoke: %v; the slot should be free", err)
+	}
+
+	// Revoked is gone: the manager's 404 becomes a clear error, and nothing is dispatched.
+	mustFail(t, m.env(secret), args(s, "revoke", h.Token), "HTTP 404", "no holder with token "+h.Token)
+	if n := len(m.listener.got()); n != 1 {
+		t.Errorf("listener called %d times, want 1", n)
+	}
+}
+
+func TestRevokeManagerErrors(t *testing.T) {
+	s := newStore(t)
+	h := mustAcquire(t, s.Store, request("tex2pdf", "acme", "ann", podA, caps(1, 1, 1, 1)))
+	m := newManager(t, s.Store, secret)
+	disabled := newManager(t, s.Store, "")
+	gone := httptest.NewServer(nil)
+	gone.Close()
+
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{
+			name: "wrong secret",
+			env:  m.env("not-the-secret"),
+			args: []string{"revoke", h.Token},
+			want: []string{"HTTP 401", "unauthorized", "wrong admin secret", "LEASE_ADMIN_SECRET"},
+		},
+		{
+			name: "secret flag overrides the environment",
+			env:  m.env(secret),
+			args: []string{"revoke", h.Token, "--admin-secret", "not-the-secret"},
+			want: []string{"HTTP 401", "unauthorized"},
+		},
+		{
+			name: "admin API disabled",
+			env:  disabled.env(secret),
+			args: []string{"revoke-pod", "ns/pod-a"},
+			want: []string{"HTTP 403", "forbidden", "disabled"},
+		},
+		{
+			name: "no secret",
+			env:  map[string]string{"LEASE_MANAGER_URL": m.url},
+			args: []string{"revoke", h.Token},
+			want: []string{"no admin secret", "LEASE_ADMIN_SECRET", "--force"},
+		},
+		{
+			name: "no manager",
+			args: []string{"revoke", h.Token},
+			want: []string{"no manager", "--manager-url", "LEASE_MANAGER_URL", "--force"},
+		},
+		{
+			name: "manager unreachable",
+			env:  map[string]string{"LEASE_MANAGER_URL": gone.URL, "LEASE_ADMIN_SECRET": secret},
+			args: []string{"revoke", h.Token},
+			want: []string{"cannot reach the manager at " + gone.URL, "--force revokes directly in MongoDB"},
+		},
+		{
+			name: "not a manager URL",
+			env:  map[string]string{"LEASE_ADMIN_SECRET": secret},
+			args: []string{"revoke", h.Token, "--manager-url", "127.0.0.1:8082"},
+			want: []string{`manager URL "127.0.0.1:8082": want http(s)://host:port`},
+		},
+		{
+			name: "sweep without manager",
+			args: []string{"sweep"},
+			want: []string{"sweep needs the manager", "no manager"},
+		},
+		{
+			name: "sweep with wrong secret",
+			env:  m.env("nope"),
+			args: []string{"sweep"},
+			want: []string{"HTTP 401", "unauthorized"},
+		},
+		{
+			name: "reconcile through an unreachable manager",
+			env:  map[string]string{"LEASE_MANAGER_URL": gone.URL, "LEASE_ADMIN_SECRET": secret},
+			args: []string{"reconcile"},
+			want: []string{"cannot reach the manager", "--manager-url= reconciles directly in MongoDB"},
+		},
+		{
+			name: "bad pod",
+			env:  m.env(secret),
+			args: []string{"revoke-pod", "pod-a"},
+			want: []string{`"pod-a" is not NAMESPACE/NAME`},
+		},
+		{
+			name: "not a token",
+			env:  m.env(secret),
+			args: []string{"revoke", "ABC"},
+			want: []string{`"ABC" is not a lease token`},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustFail(t, tc.env, args(s, tc.args...), tc.want...)
+			if strings.Contains(r.stderr, secret) {
+				t.Errorf("the error shows the admin secret: %q", r.stderr)
+			}
+			if diff := cmp.Diff([]string{h.Token}, holderTokens(t, s.Store)); diff != "" {
+				t.Errorf("a failed command changed the holders (-want +got):\n%s", diff)
+			}
+			if n := len(m.listener.got()) + len(disabled.listener.got()); n != 0 {
+				t.Errorf("listeners called %d times, want 0", n)
+			}
+		})
+	}
+}
+
+func TestRevokePod(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		name := "manager"
+		if force {
+			name = "force"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			m := newManager(t, s.Store, secret)
+			a1 := mustAcquire(t, s.Store, request("tex2pdf", "acme", "ann", podA, caps(3, 3, 3, 3)))
+			a2 := mustAcquire(t, s.Store, request("tex2pdf", "acme", "bob", podA2, caps(3, 3, 3, 3)))
+			b := mustAcquire(t, s.Store, request("tex2pdf", "acme", "cid", podB, caps(3, 3, 3, 3)))
+
+			cmd := []string{"revoke-pod", "ns/pod-a"}
+			if force {
+				cmd = append(cmd, "--force")
+			}
+			r := mustRun(t, m.env(secret), args(s, cmd...)...)
+			head, table, _ := strings.Cut(r.stdout, "\n")
+			if !strings.HasPrefix(head, "Revoked 2 leases of pod ns/pod-a ") {
+				t.Errorf("first line %q", head)
+			}
+			got := columns(t, table[:strings.LastIndex(strings.TrimSpace(table), "\n")], "TOKEN", "USER", "POD-UID")
+			want := [][]string{{a1.Token, "ann", "uid-a"}, {a2.Token, "bob", "uid-a2"}}
+			if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(x, y []string) bool { return x[0] < y[0] })); diff != "" {
+				t.Errorf("revoked holders (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{b.Token}, holderTokens(t, s.Store)); diff != "" {
+				t.Errorf("holders left (-want +got):\n%s", diff)
+			}
+			var wantCalls []call
+			if force {
+				for _, w := range noHandler {
+					if !strings.Contains(r.stdout, w) {
+						t.Errorf("revoke-pod --force output lacks %q:\n%s", w, r.stdout)
+					}
+				}
+			} else {
+				wantCalls = []call{{Reason: "revoke", Tokens: []string{a1.Token, a2.Token}}}
+			}
+			if diff := cmp.Diff(wantCalls, m.listener.got(), sortStrings); diff != "" {
+				t.Errorf("listener (-want +got):\n%s", diff)
+			}
+
+			r = mustRun(t, m.env(secret), args(s, cmd...)...)
+			if !strings.HasPrefix(r.stdout, "Pod ns/pod-a holds no leases: nothing revoked") {
+				t.Errorf("second revoke-pod: %q", r.stdout)
+			}
+		})
+	}
+}
+
+func TestSweepAndReconcileThroughManager(t *testing.T) {
+	s := newStore(t)
+	m := newManager(t, s.Store, secret)
+	m.sweeper.res = sweeper.Result{Idle: 2, Pod: 1, Reconcile: leasestore.ReconcileResult{Corrected: 3, Deleted: 1}}
+
+	r := mustRun(t, m.env(secret), args(s, "sweep")...)
+	for _, want := range []string{
+		"Sweep on the manager " + m.url + ": reaped 2 holders idle and 1 holder of dead pods; their handlers are dispatched.",
+		"3 corrected, 0 recreated, 1 deleted",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("sweep output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, m.env(secret), args(s, "sweep", "-o", "json")...)
+	type sweepJSON struct {
+		Idle, Pod int
+		Reconcile struct{ Corrected, Deleted, Created, Skipped int }
+	}
+	got := decodeStrict[sweepJSON](t, r.stdout)
+	if got.Idle != 2 || got.Pod != 1 || got.Reconcile.Corrected != 3 || got.Reconcile.Deleted != 1 {
+		t.Errorf("sweep -o json = %+v", got)
+	}
+	if n := m.sweeper.count(); n != 2 {
+		t.Errorf("manager swept %d times, want 2", n)
+	}
+
+	// With a manager configured, reconcile runs there.
+	r = mustRun(t, m.env(secret), args(s, "reconcile")...)
+	if !strings.Contains(r.stdout, "Reconciled the counters through the manager "+m.url) {
+		t.Errorf("reconcile output: %q", r.stdout)
+	}
+	r = mustRun(t, m.env(secret), args(s, "reconcile", "-o", "json")...)
+	type reconcileJSON struct {
+		Corrected, Deleted, Created, Skipped int
+		Via                                  string
+	}
+	if diff := cmp.Diff(reconcileJSON{Via: "manager"}, decodeStrict[reconcileJSON](t, r.stdout)); diff != "" {
+		t.Errorf("reconcile -o json (-want +got):\n%s", diff)
+	}
+}
+
+func TestStoreUnreachable(t *testing.T) {
+	uri := "mongodb://ops:hunter2@127.0.0.1:1/?directConnection=true"
+	for _, cmd := range [][]string{
+		{"list"},
+		{"counters"},
+		{"show", "0123456789abcdef0123456789abcdef"},
+		{"revoke", "0123456789abcdef0123456789abcdef", "--force"},
+		{"revoke-pod", "ns/pod-a", "--force"},
+		{"reconcile"},
+	} {
+		t.Run(cmd[0], func(t *testing.T) {
+			r := mustFail(t, nil, append(cmd, "--mongodb-uri", uri, "--timeout", "500ms"),
+				"cannot use the lease store (MongoDB mongodb://ops:xxxxx@127.0.0.1:1/?directConnection=true, database lease)",
+				"LEASE_UNAVAILABLE", "--mongodb-uri")
+			if strings.Contains(r.stderr, "hunter2") {
+				t.Errorf("the error shows the store password: %q", r.stderr)
+			}
+		})
+	}
+}

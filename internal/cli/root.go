@@ -1,0 +1,284 @@
+// Package cli is the kubectl plugin `kubectl lease` (specification §9, the operational view
+// for cluster operators): it reads holders and counters directly from MongoDB, shows the
+// merged definition of a lease as an acquisition would see it, and revokes through the
+// manager's operator API, because only the manager has the handlers and the pod routing.
+//
+// Reads: list, show, counters (with BOOKED and the drift marker), definition. Acts: revoke,
+// revoke-pod and sweep through the manager (revoke and revoke-pod also --force, directly in
+// MongoDB, without any handler), reconcile directly in MongoDB or through the manager.
+//
+// cmd/kubectl-lease only calls Run; everything else lives here so that tests run the
+// commands in-process with their own output streams.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// Environment variables the flags fall back to.
+const (
+	EnvMongoURI      = "MONGODB_URI"
+	EnvMongoDatabase = "MONGODB_DATABASE"
+	EnvManagerURL    = "LEASE_MANAGER_URL"
+	EnvAdminSecret   = "LEASE_ADMIN_SECRET"
+)
+
+// Defaults of the flags; the store defaults are the manager's.
+const (
+	DefaultMongoURI      = "mongodb://127.0.0.1:27017"
+	DefaultMongoDatabase = "lease"
+	DefaultTimeout       = 90 * time.Second
+)
+
+// IOStreams are the command's standard streams; tests pass buffers.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// StdStreams returns the process's standard streams.
+func StdStreams() IOStreams {
+	return IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+}
+
+// Option configures the root command.
+type Option func(*options)
+
+// WithEnv replaces os.Getenv for the flags' environment fallbacks (tests).
+func WithEnv(getenv func(string) string) Option {
+	return func(o *options) { o.getenv = getenv }
+}
+
+// options are the global flags, shared by every sub-command.
+type options struct {
+	streams IOStreams
+	getenv  func(string) string
+
+	mongoURI      string
+	mongoDatabase string
+	managerURL    string
+	adminSecret   string
+	timeout       time.Duration
+
+	// managerURLSet records an explicit --manager-url (also an empty one, which turns the
+	// manager off for reconcile even when LEASE_MANAGER_URL is set).
+	managerURLSet bool
+}
+
+// Run executes the plugin with args (without the program name) and returns the process's
+// exit code: 0 on success, 1 on any error, whose message goes to streams.ErrOut.
+func Run(ctx context.Context, args []string, streams IOStreams, opts ...Option) int {
+	root := NewRootCommand(streams, opts...)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		// Nothing is left to report a failing stderr to.
+		_, _ = fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+		var ue *usageError
+		if errors.As(err, &ue) {
+			_, _ = fmt.Fprintf(streams.ErrOut, "See '%s --help' for usage.\n", ue.command)
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError is a bad invocation (unknown flag, wrong number of arguments).
+type usageError struct {
+	command string
+	err     error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// NewRootCommand returns the `kubectl lease` command tree, writing to streams.
+func NewRootCommand(streams IOStreams, opts ...Option) *cobra.Command {
+	o := &options{streams: streams, getenv: os.Getenv}
+	for _, opt := range opts {
+		opt(o)
+	}
+	root := &cobra.Command{
+		Use:   "kubectl-lease",
+		Short: "Operate the lease system: holders, counters, definitions, revocation",
+		Long: `kubectl lease is the operator's view of the lease system across all tenants.
+
+Reads (list, show, counters) go directly to MongoDB (--mongodb-uri). The merged definition
+(definition) is read from the cluster's LeaseDefinitions (kubeconfig). Revocations and sweeps go
+through the manager's operator API (--manager-url, --admin-secret), because only the manager
+runs the revocation handlers and knows which pods are alive; revoke --force and revoke-pod --force
+act directly in MongoDB without any handler. reconcile needs no manager.`,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl lease"},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &usageError{command: c.CommandPath(), err: err}
+	})
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.mongoURI, "mongodb-uri", "",
+		"MongoDB connection string of the lease store (default $"+EnvMongoURI+", else "+DefaultMongoURI+")")
+	pf.StringVar(&o.mongoDatabase, "mongodb-database", "",
+		"MongoDB database of the counters and holders (default $"+EnvMongoDatabase+", else "+DefaultMongoDatabase+")")
+	pf.StringVar(&o.managerURL, "manager-url", "",
+		"base URL of the manager's API, e.g. http://127.0.0.1:8082 (default $"+EnvManagerURL+")")
+	pf.StringVar(&o.adminSecret, "admin-secret", "",
+		"bearer secret of the manager's operator API (default $"+EnvAdminSecret+"; prefer the variable, a flag shows in the process list)")
+	pf.DurationVar(&o.timeout, "timeout", DefaultTimeout, "bound of the whole command")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		o.managerURLSet = cmd.Flags().Changed("manager-url")
+		if o.timeout <= 0 {
+			return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--timeout must be positive, not %s", o.timeout)}
+		}
+		return nil
+	}
+
+	root.AddCommand(
+		newListCommand(o),
+		newShowCommand(o),
+		newCountersCommand(o),
+		newDefinitionCommand(o),
+		newRevokeCommand(o),
+		newRevokePodCommand(o),
+		newSweepCommand(o),
+		newReconcileCommand(o),
+	)
+	wrapArgs(root)
+	for _, c := range root.Commands() {
+		wrapArgs(c)
+	}
+	return root
+}
+
+// wrapArgs turns argument-count errors into usage errors.
+func wrapArgs(c *cobra.Command) {
+	if c.Args == nil {
+		return
+	}
+	check := c.Args
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &usageError{command: cmd.CommandPath(), err: err}
+		}
+		return nil
+	}
+}
+
+// withTimeout bounds the command by --timeout.
+func (o *options) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, o.timeout)
+}
+
+func (o *options) env(key, def string) string {
+	if v := o.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (o *options) storeURI() string {
+	if o.mongoURI != "" {
+		return o.mongoURI
+	}
+	return o.env(EnvMongoURI, DefaultMongoURI)
+}
+
+func (o *options) storeDatabase() string {
+	if o.mongoDatabase != "" {
+		return o.mongoDatabase
+	}
+	return o.env(EnvMongoDatabase, DefaultMongoDatabase)
+}
+
+// manager returns the configured manager URL: the flag when given (an empty flag means none),
+// otherwise $LEASE_MANAGER_URL.
+func (o *options) manager() string {
+	if o.managerURLSet {
+		return o.managerURL
+	}
+	return o.getenv(EnvManagerURL)
+}
+
+func (o *options) secret() string {
+	if o.adminSecret != "" {
+		return o.adminSecret
+	}
+	return o.getenv(EnvAdminSecret)
+}
+
+// openStore connects to the lease store. The connection is lazy: an unreachable server shows
+// at the first call, as a storeError.
+func (o *options) openStore(extra ...leasestore.Option) (*store, error) {
+	opTimeout := min(leasestore.DefaultOpTimeout, o.timeout)
+	opts := append([]leasestore.Option{leasestore.WithOpTimeout(opTimeout)}, extra...)
+	uri, db := o.storeURI(), o.storeDatabase()
+	s, err := leasestore.Connect(uri, db, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lease store (%s, database %s): %w; check --mongodb-uri or $%s",
+			redactURI(uri), db, err, EnvMongoURI)
+	}
+	return &store{Store: s, uri: uri, db: db}, nil
+}
+
+// store is the lease store with what the error messages need to name it.
+type store struct {
+	*leasestore.Store
+	uri, db string
+}
+
+// wrap names the store in a store error and says what to check.
+func (s *store) wrap(op string, err error) error {
+	if errors.Is(err, leasestore.ErrUnavailable) {
+		return fmt.Errorf("%s: cannot use the lease store (MongoDB %s, database %s): %w; check --mongodb-uri or $%s and that the server is reachable from here",
+			op, redactURI(s.uri), s.db, err, EnvMongoURI)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// close disconnects, bounded, whatever happened to the command's context.
+func (s *store) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Close(ctx) // nothing is left to flush: every write was acknowledged or failed
+}
+
+// redactURI hides the password of a connection string. It does not use net/url, which
+// rejects some valid MongoDB seed lists.
+func redactURI(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return uri
+	}
+	user, _, hasPassword := strings.Cut(authority[:at], ":")
+	if !hasPassword {
+		return uri
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
