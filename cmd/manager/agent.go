@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +25,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/sweeper"
 	leasewebhook "github.com/vancetope/lease-operator/internal/webhook"
 )
 
@@ -33,6 +35,7 @@ type agentFlags struct {
 	apiAddr      string
 	internalAddr string
 	namespace    string
+	managerURL   string
 }
 
 func (f *agentFlags) bind(fs *flag.FlagSet) {
@@ -41,6 +44,8 @@ func (f *agentFlags) bind(fs *flag.FlagSet) {
 		"Address of the admission API for the pod's own containers.")
 	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", leasewebhook.AgentInternalPort),
 		"Address of the endpoint that receives revocations forwarded by other pods.")
+	fs.StringVar(&f.managerURL, "manager-url", os.Getenv("LEASE_MANAGER_URL"),
+		"URL of the manager's admission Service (env LEASE_MANAGER_URL): the lazy idle sweep runs there, so reaped holders get the full dispatch matrix; empty sweeps here.")
 	fs.StringVar(&f.namespace, "definitions-namespace", envOr("LEASE_DEFINITIONS_NAMESPACE", ""),
 		"Namespace of the LeaseDefinitions (env LEASE_DEFINITIONS_NAMESPACE); empty watches all.")
 }
@@ -99,13 +104,18 @@ func runAgent(args []string) error {
 	m := metrics.Default()
 	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
 	registry := revocation.NewDefaultRegistry(hub, nil, nil)
-	// The agent watches no pods: for the holders its lazy sweep reaps, its own pod is alive
-	// and every other pod counts as unreachable, so their handlers take the dead path here
-	// (podBound: release only). Those holders still learn of it at their next check
-	// (LEASE_LOST); the manager's sweep forwards its own reaps to live pods.
+	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
+	// dispatches the reaped holders through the full matrix. Only when no manager is set or
+	// reachable does the agent sweep itself; then its own pod is alive and every other pod
+	// counts as unreachable (podBound: release only; those holders learn of it at their next
+	// check, LEASE_LOST).
 	dispatcher := revocation.NewDispatcher(selfOnly{self: self}, self, registry,
 		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
-	svc := admission.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
+	var svcOpts []admission.Option
+	if f.managerURL != "" {
+		svcOpts = append(svcOpts, admission.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
+	}
+	svc := admission.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, svcOpts...)
 
 	api := http.NewServeMux()
 	api.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))

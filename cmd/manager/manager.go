@@ -51,6 +51,7 @@ type managerFlags struct {
 	reconcileSafety time.Duration
 	agentImage      string
 	agentSecret     string
+	agentManagerURL string
 	agentPort       int
 	webhookPort     int
 	webhookCertDir  string
@@ -70,6 +71,8 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reconcileSafety, "reconcile-safety", leasestore.DefaultSafetyMargin, "Reconcile corrects only counters unchanged for this long.")
 	fs.StringVar(&f.agentImage, "agent-image", "", "Image of the injected lease agent (normally the manager's own); empty disables the injection webhook.")
 	fs.StringVar(&f.agentSecret, "agent-store-secret", leasewebhook.DefaultStoreSecret, "Secret (in the pod's namespace) whose key uri the agent uses as MONGODB_URI.")
+	fs.StringVar(&f.agentManagerURL, "agent-manager-url", "",
+		"URL of this manager's admission Service, given to injected agents (LEASE_MANAGER_URL) for their lazy idle sweeps.")
 	fs.IntVar(&f.agentPort, "agent-internal-port", leasewebhook.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
@@ -159,6 +162,9 @@ func runManager(args []string) error {
 	mux.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	mux.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
 		revocation.WithSharedSecret(f.store.secret), revocation.WithHolderCheck(stillHeld(store))))
+	// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
+	// manager's dispatch matrix (an agent watches no pods).
+	mux.Handle(sweeper.RelayPath, sweeper.RelayHandler(store, dispatcher, clock.RealClock{}, admission.DefaultSweepInterval))
 	mux.Handle(adminapi.PathPrefix, adminapi.NewHandler(store, dispatcher, sweep, f.adminSecret,
 		adminapi.WithMetrics(m), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 
@@ -169,7 +175,7 @@ func runManager(args []string) error {
 	}
 
 	if f.agentImage != "" {
-		cfg := leasewebhook.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database}
+		cfg := leasewebhook.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
 		if err := leasewebhook.SetupWebhookWithManager(mgr, cfg); err != nil {
 			return fmt.Errorf("setting up the injection webhook: %w", err)
 		}

@@ -231,7 +231,11 @@ func (s *Service) sweep(ctx context.Context, resource string) int {
 	if !s.sweeps.allow(resource, s.clk.Now(), s.cfg.sweepInterval) {
 		return 0
 	}
-	reaped, err := s.store.ReapIdle(ctx, resource)
+	reap := s.store.ReapIdle
+	if s.cfg.idleReaper != nil {
+		reap = s.cfg.idleReaper
+	}
+	reaped, err := reap(ctx, resource)
 	if err != nil && ctx.Err() == nil {
 		logf.FromContext(ctx).Error(err, "Lazy idle sweep failed", "resource", resource, "reaped", len(reaped))
 	}

@@ -368,3 +368,31 @@ func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
 		t.Errorf("reap{idle} = %v, want 1", got)
 	}
 }
+
+// An injected idle reaper (the agent's relay to the manager) replaces the store's ReapIdle in
+// the lazy sweep; the holders it returns still go to the listener.
+func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
+	var swept []string
+	var e *env
+	reaper := func(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+		swept = append(swept, resource)
+		return e.store.ReapIdle(ctx, resource)
+	}
+	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}},
+		envOpts{svcOpts: []admission.Option{admission.WithIdleReaper(reaper)}})
+	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
+	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); err != nil {
+		t.Fatalf("acquire waiting past the idle TTL: %v", err)
+	}
+	if len(swept) == 0 || swept[0] != "idle" {
+		t.Errorf("injected reaper swept %v, want the busy resource", swept)
+	}
+	select {
+	case c := <-e.listener.calls:
+		if len(c.holders) != 1 || c.holders[0].Token != stale.Token {
+			t.Errorf("listener got %+v, want the idle holder", c.holders)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the listener never got the swept holder")
+	}
+}

@@ -109,10 +109,20 @@ const (
 type config struct {
 	pollMin, pollMax time.Duration
 	sweepInterval    time.Duration
+	idleReaper       IdleReaper
 	tokenCacheSize   int
 	maxLabels        int
 	random           func() float64
 }
+
+// IdleReaper runs the lazy idle sweep of one resource and returns the holders it reaped for
+// this service to hand to its listener (none when the reaper dispatched them itself).
+type IdleReaper func(ctx context.Context, resource string) ([]leasestore.Holder, error)
+
+// WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no
+// pods, asks the manager to sweep, so that the reaped holders go through the manager's
+// dispatch matrix (spec §5, §6).
+func WithIdleReaper(r IdleReaper) Option { return func(c *config) { c.idleReaper = r } }
 
 // Option configures a Service.
 type Option func(*config)

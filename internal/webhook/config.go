@@ -69,6 +69,9 @@ const (
 	EnvPodIP         = "POD_IP"
 	EnvMongoURI      = "MONGODB_URI"
 	EnvMongoDatabase = "MONGODB_DATABASE"
+	// EnvManagerURL tells the agent where the manager's API is: its lazy idle sweep asks the
+	// manager, which dispatches the reaped holders through the full matrix.
+	EnvManagerURL = "LEASE_MANAGER_URL"
 )
 
 // AgentURL is the value of LEASE_AGENT_URL: the API port on loopback.
@@ -97,6 +100,8 @@ type Config struct {
 	StoreSecret string
 	// StoreDatabase, when set, becomes MONGODB_DATABASE.
 	StoreDatabase string
+	// ManagerURL, when set, becomes LEASE_MANAGER_URL (the manager's admission Service).
+	ManagerURL string
 	// Resources of the agent container; zero means DefaultAgentResources.
 	Resources corev1.ResourceRequirements
 }

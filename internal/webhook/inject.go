@@ -187,6 +187,9 @@ func agentContainer(cfg Config, storeSecret string) corev1.Container {
 	if cfg.StoreDatabase != "" {
 		env = append(env, corev1.EnvVar{Name: EnvMongoDatabase, Value: cfg.StoreDatabase})
 	}
+	if cfg.ManagerURL != "" {
+		env = append(env, corev1.EnvVar{Name: EnvManagerURL, Value: cfg.ManagerURL})
+	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{

@@ -138,6 +138,16 @@ func TestInject(t *testing.T) {
 			}(),
 			wantChanged: true,
 		},
+		"configured manager URL": {
+			pod: testPod(inject), cfg: Config{Image: testImage, ManagerURL: "http://lease-operator-admission.lease-operator-system.svc:8082"},
+			want: func() *corev1.Pod {
+				p := injected(inject)
+				agent := &p.Spec.InitContainers[0]
+				agent.Env = append(agent.Env, corev1.EnvVar{Name: "LEASE_MANAGER_URL", Value: "http://lease-operator-admission.lease-operator-system.svc:8082"})
+				return p
+			}(),
+			wantChanged: true,
+		},
 		"app container that sets LEASE_AGENT_URL keeps its own value": {
 			pod: func() *corev1.Pod {
 				p := testPod(inject)

@@ -1,0 +1,133 @@
+package sweeper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
+)
+
+// RelayPath is the manager's endpoint where lease agents ask for the lazy idle sweep of one
+// resource. The manager reaps and dispatches through its own matrix: an agent watches no
+// pods and could not tell a live holder pod from a dead one. The request only names a
+// resource; what is reaped is what the store finds idle, so the endpoint needs no secret.
+const RelayPath = "/internal/lease/sweep"
+
+// maxResourceLen bounds the resource named in a relay request.
+const maxResourceLen = 256
+
+// IdleStore is the part of the store the relay uses (*leasestore.Store).
+type IdleStore interface {
+	ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error)
+}
+
+var _ IdleStore = (*leasestore.Store)(nil)
+
+type relayRequest struct {
+	Resource string `json:"resource"`
+}
+
+type relayResponse struct {
+	Reaped int `json:"reaped"`
+}
+
+// RelayHandler serves RelayPath on the manager: it reaps the idle holders of the named
+// resource and hands them to listener (reason idle), at most once per interval per resource.
+func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, interval time.Duration) http.Handler {
+	gate := &relayGate{last: map[string]time.Time{}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "only POST is allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		var req relayRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.Resource == "" || len(req.Resource) > maxResourceLen {
+			http.Error(w, "body must be {\"resource\": <1 to 256 characters>}", http.StatusBadRequest)
+			return
+		}
+		reaped := 0
+		if gate.allow(req.Resource, clk.Now(), interval) {
+			holders, err := store.ReapIdle(r.Context(), req.Resource)
+			if len(holders) > 0 && listener != nil {
+				listener.Revoked(context.WithoutCancel(r.Context()), metrics.ReapIdle, holders)
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			reaped = len(holders)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(relayResponse{Reaped: reaped})
+	})
+}
+
+// relayGate lets one sweep per resource through per interval; its map is bounded.
+type relayGate struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (g *relayGate) allow(resource string, now time.Time, interval time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t, ok := g.last[resource]; ok && now.Sub(t) < interval {
+		return false
+	}
+	if len(g.last) >= 10000 {
+		for k, t := range g.last {
+			if now.Sub(t) >= interval {
+				delete(g.last, k)
+			}
+		}
+	}
+	g.last[resource] = now
+	return true
+}
+
+// RelayReaper returns an idle reaper for the agent's admission service: it asks the manager
+// at managerURL to sweep, and returns no holders (the manager dispatched them). When the
+// manager cannot be reached it falls back to reaping with local (returning the holders for
+// the agent's own dispatcher).
+func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Second}
+	}
+	url := strings.TrimRight(managerURL, "/") + RelayPath
+	return func(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+		body, err := json.Marshal(relayRequest{Resource: resource})
+		if err != nil {
+			return nil, fmt.Errorf("encoding sweep request: %w", err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("building sweep request: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil, nil
+			}
+			err = fmt.Errorf("manager answered %s", resp.Status)
+		}
+		holders, lerr := local.ReapIdle(ctx, resource)
+		return holders, errors.Join(fmt.Errorf("asking the manager to sweep %s (swept here instead): %w", resource, err), lerr)
+	}
+}

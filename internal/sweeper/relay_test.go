@@ -1,0 +1,123 @@
+package sweeper_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+type recorded struct {
+	mu    sync.Mutex
+	calls []string // reason:token
+}
+
+func (r *recorded) Revoked(_ context.Context, reason string, holders []leasestore.Holder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range holders {
+		r.calls = append(r.calls, reason+":"+h.Token)
+	}
+}
+
+func (r *recorded) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+func relayStore(t *testing.T) *leasestore.Store {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := leasestore.Connect(uri, mongotest.DatabaseName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Drop(context.Background()); _ = s.Close(context.Background()) })
+	return s
+}
+
+func idleHolder(t *testing.T, s *leasestore.Store, resource string) leasestore.Holder {
+	t.Helper()
+	h, err := s.Acquire(context.Background(), leasestore.AcquireRequest{
+		Resource: resource, Type: "tex", Tenant: "acme", TTL: 100 * time.Millisecond,
+		Caps: []leasestore.LevelCap{{Level: leasestore.LevelTenant, Cap: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the TTL on the server's clock
+	return h
+}
+
+// The agent's lazy sweep goes to the manager, which reaps and dispatches through its own
+// matrix; a relay answers at most once per interval per resource.
+func TestRelayReapsOnTheManager(t *testing.T) {
+	s := relayStore(t)
+	listener := &recorded{}
+	srv := httptest.NewServer(sweeper.RelayHandler(s, listener, clock.RealClock{}, time.Hour))
+	defer srv.Close()
+	h := idleHolder(t, s, "r")
+
+	reap := sweeper.RelayReaper(srv.Client(), srv.URL, s)
+	holders, err := reap(context.Background(), "r")
+	if err != nil || len(holders) != 0 {
+		t.Fatalf("relay = %v, %v; want no holders back (the manager dispatched them)", holders, err)
+	}
+	if diff := cmp.Diff([]string{"idle:" + h.Token}, listener.got()); diff != "" {
+		t.Errorf("manager's listener (-want +got):\n%s", diff)
+	}
+	if err := s.Touch(context.Background(), h.Token); !errors.Is(err, leasestore.ErrLost) {
+		t.Errorf("touch after the relayed sweep = %v, want lost", err)
+	}
+	// Within the interval the manager does not sweep that resource again.
+	h2 := idleHolder(t, s, "r")
+	if _, err := reap(context.Background(), "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Touch(context.Background(), h2.Token); err != nil {
+		t.Errorf("a second relay within the interval swept again: %v", err)
+	}
+
+	for name, body := range map[string]string{"empty": `{}`, "unknown field": `{"resource":"r","x":1}`, "malformed": `{`} {
+		resp, err := http.Post(srv.URL+sweeper.RelayPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", name, resp.StatusCode)
+		}
+	}
+}
+
+// Without a manager, the agent sweeps itself and dispatches the holders locally.
+func TestRelayFallsBackToALocalSweep(t *testing.T) {
+	s := relayStore(t)
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	h := idleHolder(t, s, "r")
+
+	holders, err := sweeper.RelayReaper(nil, url, s)(context.Background(), "r")
+	if err == nil {
+		t.Error("no error for an unreachable manager")
+	}
+	if len(holders) != 1 || holders[0].Token != h.Token {
+		t.Errorf("local fallback reaped %v, want the idle holder", holders)
+	}
+}
