@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -152,6 +153,7 @@ func runManager(args []string) error {
 		revocation.WithForwarder(revocation.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
 		revocation.WithRecorder(mgr.GetEventRecorder("lease-operator")),
 		revocation.WithMetrics(m),
+		revocation.WithRegisterer(ctrlmetrics.Registry),
 		revocation.WithLogger(ctrl.Log.WithName("revocation")))
 	sweep := sweeper.New(store, watcher, dispatcher,
 		sweeper.WithInterval(f.reapInterval), sweeper.WithMetrics(m), sweeper.WithLogger(ctrl.Log.WithName("sweeper")))
