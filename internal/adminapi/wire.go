@@ -4,16 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/jsonbody"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
@@ -201,75 +199,13 @@ type invalidError struct {
 
 func (e *invalidError) Error() string { return e.Field + ": " + e.Detail }
 
-// decode reads a JSON body strictly: bounded size, one object, no unknown fields. With
-// required false an empty body is accepted.
+// decode reads a JSON body strictly (see jsonbody.Decode). With required false an empty
+// body is accepted.
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any, required bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		if !required && errors.Is(err, io.EOF) {
-			return nil
-		}
-		return decodeError(err, h.maxBody)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return decodeError(err, h.maxBody)
-		}
-		return &invalidError{Field: "body", Detail: "must hold exactly one JSON object"}
+	if fe := jsonbody.Decode(w, r, h.maxBody, dst, required); fe != nil {
+		return &invalidError{Field: fe.Field, Detail: fe.Detail}
 	}
 	return nil
-}
-
-func decodeError(err error, maxBody int64) error {
-	var (
-		mbe *http.MaxBytesError
-		se  *json.SyntaxError
-		te  *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &mbe):
-		return &invalidError{Field: "body", Detail: fmt.Sprintf("exceeds %d bytes", maxBody)}
-	case errors.Is(err, io.EOF):
-		return &invalidError{Field: "body", Detail: "is empty; want a JSON object"}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &invalidError{Field: "body", Detail: "is truncated JSON"}
-	case errors.As(err, &se):
-		return &invalidError{Field: "body", Detail: fmt.Sprintf("is malformed JSON at offset %d: %v", se.Offset, se)}
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			field = "body"
-		}
-		return &invalidError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", jsonKind(te), te.Value)}
-	}
-	// encoding/json has no typed error for an unknown field.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if unq, uerr := strconv.Unquote(name); uerr == nil {
-			name = unq
-		}
-		return &invalidError{Field: name, Detail: "is not a known field"}
-	}
-	return &invalidError{Field: "body", Detail: err.Error()}
-}
-
-func jsonKind(te *json.UnmarshalTypeError) string {
-	if te.Type == nil {
-		return "value of another type"
-	}
-	switch te.Type.Kind() {
-	case reflect.String:
-		return "string"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.Map, reflect.Struct, reflect.Pointer:
-		return "object"
-	case reflect.Slice, reflect.Array:
-		return "array"
-	default:
-		return "number"
-	}
 }
 
 func writeInvalid(w http.ResponseWriter, err error) {

@@ -4,17 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"reflect"
-	"strconv"
-	"strings"
 	"time"
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/jsonbody"
 )
 
 // Error codes of the JSON error body.
@@ -115,70 +112,12 @@ type errorBody struct {
 	WaitedMs *int64 `json:"waitedMs,omitempty"`
 }
 
-// decode reads a JSON body strictly: bounded size, one object, no unknown fields.
+// decode reads a JSON body strictly (see jsonbody.Decode).
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return decodeError(err, h.maxBody)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return decodeError(err, h.maxBody)
-		}
-		return &admission.InvalidError{Field: "body", Detail: "must hold exactly one JSON object"}
+	if fe := jsonbody.Decode(w, r, h.maxBody, dst, true); fe != nil {
+		return &admission.InvalidError{Field: fe.Field, Detail: fe.Detail}
 	}
 	return nil
-}
-
-func decodeError(err error, maxBody int64) error {
-	var (
-		mbe *http.MaxBytesError
-		se  *json.SyntaxError
-		te  *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &mbe):
-		return &admission.InvalidError{Field: "body", Detail: fmt.Sprintf("exceeds %d bytes", maxBody)}
-	case errors.Is(err, io.EOF):
-		return &admission.InvalidError{Field: "body", Detail: "is empty; want a JSON object"}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &admission.InvalidError{Field: "body", Detail: "is truncated JSON"}
-	case errors.As(err, &se):
-		return &admission.InvalidError{Field: "body", Detail: fmt.Sprintf("is malformed JSON at offset %d: %v", se.Offset, se)}
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			field = "body"
-		}
-		return &admission.InvalidError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", jsonKind(te), te.Value)}
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if unq, uerr := strconv.Unquote(name); uerr == nil {
-			name = unq
-		}
-		return &admission.InvalidError{Field: name, Detail: "is not a known field"}
-	}
-	return &admission.InvalidError{Field: "body", Detail: err.Error()}
-}
-
-func jsonKind(te *json.UnmarshalTypeError) string {
-	if te.Type == nil {
-		return "value of another type"
-	}
-	switch te.Type.Kind() {
-	case reflect.String:
-		return "string"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.Map, reflect.Struct, reflect.Pointer:
-		return "object"
-	case reflect.Slice, reflect.Array:
-		return "array"
-	default:
-		return "number"
-	}
 }
 
 // writeError answers err with its status and JSON error body.

@@ -1,0 +1,94 @@
+// Package jsonbody reads JSON request bodies strictly for the project's HTTP APIs: bounded
+// size, exactly one object, no unknown fields, and errors that name the offending field.
+package jsonbody
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// FieldError names what is wrong with a body: the JSON field, or "body" for the whole.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+// Decode reads the body of r into dst: at most maxBody bytes, exactly one JSON object, no
+// unknown fields. With required false an empty body is accepted (dst is left as it is).
+// It returns nil or the field at fault.
+func Decode(w http.ResponseWriter, r *http.Request, maxBody int64, dst any, required bool) *FieldError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		if !required && errors.Is(err, io.EOF) {
+			return nil
+		}
+		return fieldError(err, maxBody)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fieldError(err, maxBody)
+		}
+		return &FieldError{Field: "body", Detail: "must hold exactly one JSON object"}
+	}
+	return nil
+}
+
+func fieldError(err error, maxBody int64) *FieldError {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &FieldError{Field: "body", Detail: fmt.Sprintf("exceeds %d bytes", maxBody)}
+	case errors.Is(err, io.EOF):
+		return &FieldError{Field: "body", Detail: "is empty; want a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &FieldError{Field: "body", Detail: "is truncated JSON"}
+	case errors.As(err, &se):
+		return &FieldError{Field: "body", Detail: fmt.Sprintf("is malformed JSON at offset %d: %v", se.Offset, se)}
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return &FieldError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", kind(te), te.Value)}
+	}
+	// encoding/json has no typed error for an unknown field.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if unq, uerr := strconv.Unquote(name); uerr == nil {
+			name = unq
+		}
+		return &FieldError{Field: name, Detail: "is not a known field"}
+	}
+	return &FieldError{Field: "body", Detail: err.Error()}
+}
+
+func kind(te *json.UnmarshalTypeError) string {
+	if te.Type == nil {
+		return "value of another type"
+	}
+	switch te.Type.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "object"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	default:
+		return "number"
+	}
+}
