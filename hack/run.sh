@@ -5,7 +5,8 @@
 # LeaseDefinitions; then runs the manager in the foreground. Ctrl-C stops everything.
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
-# that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082).
+# that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
+# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -44,9 +45,14 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   echo "run: local control plane, KUBECONFIG=$KUBECONFIG (samples from config/samples applied)"
 fi
 
+# A development secret for the operator API, so that kubectl lease can revoke and sweep.
+export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
 cat <<TXT
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
+run: the operator's view, in another shell:
+     export MONGODB_URI=$MONGODB_URI LEASE_MANAGER_URL=http://$api LEASE_ADMIN_SECRET=$LEASE_ADMIN_SECRET KUBECONFIG=${KUBECONFIG}
+     bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
   --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --zap-devel "$@" &
