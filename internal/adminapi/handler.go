@@ -220,7 +220,7 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var partial any
 		if ok {
-			partial = RevokeResult{Revoked: true, Holder: holderView(holder)}
+			partial = RevokeResult{Revoked: true, Holder: HolderViewOf(holder)}
 		}
 		h.fail(w, r, err, partial, "revoking holder %s", body.Token)
 		return
@@ -233,7 +233,7 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, ErrorBody{Error: CodeNotFound, Message: msg + " (released, reaped or revoked already?)"})
 		return
 	}
-	writeJSON(w, http.StatusOK, RevokeResult{Revoked: true, Holder: holderView(holder)})
+	writeJSON(w, http.StatusOK, RevokeResult{Revoked: true, Holder: HolderViewOf(holder)})
 }
 
 func (h *handler) revokePod(w http.ResponseWriter, r *http.Request) {

@@ -19,6 +19,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 const secret = "s3cret-admin-token"
@@ -41,20 +42,7 @@ func newStore(t testing.TB, opts ...leasestore.Option) *leasestore.Store {
 
 func newStoreAt(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
 	t.Helper()
-	s, err := leasestore.Connect(uri, db, opts...)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	if err := s.EnsureIndexes(context.Background()); err != nil {
-		t.Fatalf("indexes: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Drop(ctx)
-		_ = s.Close(ctx)
-	})
-	return s
+	return storetest.Open(t, uri, db, opts...)
 }
 
 // downStore is a store whose server does not exist: every call fails with ErrUnavailable

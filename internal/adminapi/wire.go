@@ -111,7 +111,8 @@ type HolderView struct {
 	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
 }
 
-func holderView(h leasestore.Holder) HolderView {
+// HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
+func HolderViewOf(h leasestore.Holder) HolderView {
 	levels := h.Levels
 	if levels == nil {
 		levels = []string{}
@@ -139,7 +140,7 @@ func holderView(h leasestore.Holder) HolderView {
 func holderViews(hs []leasestore.Holder) []HolderView {
 	out := make([]HolderView, 0, len(hs))
 	for _, h := range hs {
-		out = append(out, holderView(h))
+		out = append(out, HolderViewOf(h))
 	}
 	return out
 }

@@ -24,28 +24,7 @@ type holderJSON struct {
 }
 
 func toHolderJSON(h leasestore.Holder) holderJSON {
-	v := adminapi.HolderView{
-		Token:      h.Token,
-		State:      string(h.State),
-		Lease:      h.LeaseName,
-		Resource:   h.Resource,
-		Type:       h.Type,
-		Tenant:     h.Tenant,
-		Project:    h.Project,
-		User:       h.User,
-		HolderRef:  h.HolderRef,
-		Pod:        h.Pod.String(),
-		PodUID:     h.Pod.UID,
-		PodBound:   h.PodBound,
-		Payload:    h.Payload,
-		Levels:     h.Levels,
-		AcquiredAt: h.AcquiredAt.UTC(),
-		LastSeenAt: h.LastSeenAt.UTC(),
-	}
-	if v.Levels == nil {
-		v.Levels = []string{}
-	}
-	return holderJSON{HolderView: v, TTLSeconds: h.TTL.Seconds()}
+	return holderJSON{HolderView: adminapi.HolderViewOf(h), TTLSeconds: h.TTL.Seconds()}
 }
 
 func newListCommand(o *options) *cobra.Command {

@@ -18,6 +18,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 const secret = "s3cret-admin-token"
@@ -52,20 +53,7 @@ func newStore(t testing.TB, opts ...leasestore.Option) testStore {
 // connect opens another client on the same database (e.g. one with a fault hook).
 func connect(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
 	t.Helper()
-	s, err := leasestore.Connect(uri, db, opts...)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	if err := s.EnsureIndexes(context.Background()); err != nil {
-		t.Fatalf("indexes: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Drop(ctx)
-		_ = s.Close(ctx)
-	})
-	return s
+	return storetest.Open(t, uri, db, opts...)
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -29,21 +30,7 @@ func newStore(t testing.TB, opts ...leasestore.Option) *leasestore.Store {
 
 func newStoreAt(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
 	t.Helper()
-	s, err := leasestore.Connect(uri, db, opts...)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	ctx := context.Background()
-	if err := s.EnsureIndexes(ctx); err != nil {
-		t.Fatalf("indexes: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Drop(ctx)
-		_ = s.Close(ctx)
-	})
-	return s
+	return storetest.Open(t, uri, db, opts...)
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/sweeper"
-	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 type recorded struct {
@@ -39,16 +39,7 @@ func (r *recorded) got() []string {
 
 func relayStore(t *testing.T) *leasestore.Store {
 	t.Helper()
-	uri, err := mongotest.URI()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := leasestore.Connect(uri, mongotest.DatabaseName(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Drop(context.Background()); _ = s.Close(context.Background()) })
-	return s
+	return storetest.New(t)
 }
 
 func idleHolder(t *testing.T, s *leasestore.Store, resource string) leasestore.Holder {

@@ -1,0 +1,43 @@
+// Package storetest opens lease stores for tests: a fresh database on the test MongoDB
+// (internal/testutil/mongotest), with indexes, dropped and closed on cleanup.
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// New opens a store on a database of its own on the test MongoDB.
+func New(t testing.TB, opts ...leasestore.Option) *leasestore.Store {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatalf("test MongoDB: %v", err)
+	}
+	return Open(t, uri, mongotest.DatabaseName(t), opts...)
+}
+
+// Open opens a store on database db of uri (another client on a shared database, e.g. one
+// with a fault hook), creates the indexes, and drops the database and closes the client on
+// cleanup.
+func Open(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
+	t.Helper()
+	s, err := leasestore.Connect(uri, db, opts...)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if err := s.EnsureIndexes(context.Background()); err != nil {
+		t.Fatalf("indexes: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Drop(ctx)
+		_ = s.Close(ctx)
+	})
+	return s
+}
