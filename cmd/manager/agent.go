@@ -18,15 +18,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/inject"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/sweeper"
-	leasewebhook "github.com/vancetope/lease-operator/internal/webhook"
 )
 
 // agentFlags are the sidecar's settings.
@@ -40,9 +41,9 @@ type agentFlags struct {
 
 func (f *agentFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
-	fs.StringVar(&f.apiAddr, "api-bind-address", fmt.Sprintf("127.0.0.1:%d", leasewebhook.AgentAPIPort),
+	fs.StringVar(&f.apiAddr, "api-bind-address", fmt.Sprintf("127.0.0.1:%d", inject.AgentAPIPort),
 		"Address of the admission API for the pod's own containers.")
-	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", leasewebhook.AgentInternalPort),
+	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", inject.AgentInternalPort),
 		"Address of the endpoint that receives revocations forwarded by other pods.")
 	fs.StringVar(&f.managerURL, "manager-url", os.Getenv("LEASE_MANAGER_URL"),
 		"URL of the manager's admission Service (env LEASE_MANAGER_URL): the lazy idle sweep runs there, so reaped holders get the full dispatch matrix; empty sweeps here.")
@@ -111,11 +112,11 @@ func runAgent(args []string) error {
 	// check, LEASE_LOST).
 	dispatcher := revocation.NewDispatcher(selfOnly{self: self}, self, registry,
 		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
-	var svcOpts []admission.Option
+	var svcOpts []leasing.Option
 	if f.managerURL != "" {
-		svcOpts = append(svcOpts, admission.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
+		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
 	}
-	svc := admission.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, svcOpts...)
+	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, svcOpts...)
 
 	api := http.NewServeMux()
 	api.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
@@ -154,7 +155,7 @@ func runAgent(args []string) error {
 func stillHeld(store *leasestore.Store) revocation.HeldFunc {
 	return func(ctx context.Context, token string) (bool, error) {
 		_, err := store.GetHolder(ctx, token)
-		if errors.Is(err, leasestore.ErrLost) {
+		if errors.Is(err, lease.ErrLost) {
 			return false, nil
 		}
 		return err == nil, err
@@ -162,10 +163,10 @@ func stillHeld(store *leasestore.Store) revocation.HeldFunc {
 }
 
 // selfOnly is the agent's pod view: only its own pod is known, and alive.
-type selfOnly struct{ self leasestore.PodRef }
+type selfOnly struct{ self lease.PodRef }
 
 var _ revocation.PodView = selfOnly{}
 
-func (selfOnly) WaitForSync(context.Context) bool          { return true }
-func (s selfOnly) Alive(pod leasestore.PodRef) bool        { return pod == s.self }
-func (selfOnly) Endpoint(leasestore.PodRef) (string, bool) { return "", false }
+func (selfOnly) WaitForSync(context.Context) bool     { return true }
+func (s selfOnly) Alive(pod lease.PodRef) bool        { return pod == s.self }
+func (selfOnly) Endpoint(lease.PodRef) (string, bool) { return "", false }

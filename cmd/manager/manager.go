@@ -24,18 +24,19 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/inject"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/sweeper"
-	leasewebhook "github.com/vancetope/lease-operator/internal/webhook"
 )
 
 // managerFlags are the manager's settings.
@@ -71,10 +72,10 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reapInterval, "reap-interval", 30*time.Second, "Interval of the scheduled sweep: idle reap, pod-dead reap, reconcile.")
 	fs.DurationVar(&f.reconcileSafety, "reconcile-safety", leasestore.DefaultSafetyMargin, "Reconcile corrects only counters unchanged for this long.")
 	fs.StringVar(&f.agentImage, "agent-image", "", "Image of the injected lease agent (normally the manager's own); empty disables the injection webhook.")
-	fs.StringVar(&f.agentSecret, "agent-store-secret", leasewebhook.DefaultStoreSecret, "Secret (in the pod's namespace) whose key uri the agent uses as MONGODB_URI.")
+	fs.StringVar(&f.agentSecret, "agent-store-secret", inject.DefaultStoreSecret, "Secret (in the pod's namespace) whose key uri the agent uses as MONGODB_URI.")
 	fs.StringVar(&f.agentManagerURL, "agent-manager-url", "",
 		"URL of this manager's admission Service, given to injected agents (LEASE_MANAGER_URL) for their lazy idle sweeps.")
-	fs.IntVar(&f.agentPort, "agent-internal-port", leasewebhook.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
+	fs.IntVar(&f.agentPort, "agent-internal-port", inject.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
 }
@@ -140,7 +141,7 @@ func runManager(args []string) error {
 	self, err := httpapi.AgentIdentityFromEnv()
 	if err != nil {
 		log.Info("Running without a pod identity (outside a cluster?)", "reason", err.Error())
-		self = leasestore.PodRef{}
+		self = lease.PodRef{}
 	}
 	watcher, err := podwatch.New(mgr.GetConfig(), podwatch.Options{Self: self, Namespaces: namespaces, Logger: ctrl.Log.WithName("podwatch")})
 	if err != nil {
@@ -159,14 +160,14 @@ func runManager(args []string) error {
 		sweeper.WithInterval(f.reapInterval), sweeper.WithMetrics(m), sweeper.WithLogger(ctrl.Log.WithName("sweeper")))
 	watcher.OnPodGone(sweep.PodGone)
 
-	svc := admission.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
+	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	mux.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
 		revocation.WithSharedSecret(f.store.secret), revocation.WithHolderCheck(stillHeld(store))))
 	// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 	// manager's dispatch matrix (an agent watches no pods).
-	mux.Handle(sweeper.RelayPath, sweeper.RelayHandler(store, dispatcher, clock.RealClock{}, admission.DefaultSweepInterval))
+	mux.Handle(sweeper.RelayPath, sweeper.RelayHandler(store, dispatcher, clock.RealClock{}, leasing.DefaultSweepInterval))
 	mux.Handle(adminapi.PathPrefix, adminapi.NewHandler(store, dispatcher, sweep, f.adminSecret,
 		adminapi.WithMetrics(m), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 
@@ -177,8 +178,8 @@ func runManager(args []string) error {
 	}
 
 	if f.agentImage != "" {
-		cfg := leasewebhook.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
-		if err := leasewebhook.SetupWebhookWithManager(mgr, cfg); err != nil {
+		cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
+		if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 			return fmt.Errorf("setting up the injection webhook: %w", err)
 		}
 	}

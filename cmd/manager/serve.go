@@ -10,7 +10,7 @@ import (
 
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
@@ -56,8 +56,8 @@ func (httpServer) NeedLeaderElection() bool { return false }
 // podByIP identifies the caller of the manager's admission API by its source address: the
 // pod informer maps pod IPs to pods. A caller that is no known pod (a developer's curl, a
 // client outside the cluster) holds leases without a pod, which only the idle reap frees.
-func podByIP(w *podwatch.Watcher) func(*http.Request) (leasestore.PodRef, error) {
-	return func(r *http.Request) (leasestore.PodRef, error) {
+func podByIP(w *podwatch.Watcher) func(*http.Request) (lease.PodRef, error) {
+	return func(r *http.Request) (lease.PodRef, error) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil {
 			host = r.RemoteAddr

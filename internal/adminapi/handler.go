@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
@@ -56,9 +57,9 @@ const (
 type Store interface {
 	// Revoke deletes one holder by token, with a tenant only a holder of that tenant, and
 	// returns its levels; ok is false when nothing matched.
-	Revoke(ctx context.Context, token, tenant string) (leasestore.Holder, bool, error)
+	Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error)
 	// RevokePod deletes every holder of the pod namespace/name, whatever its UID.
-	RevokePod(ctx context.Context, namespace, name string) ([]leasestore.Holder, error)
+	RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error)
 	// Reconcile corrects counter drift.
 	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
 }
@@ -66,7 +67,7 @@ type Store interface {
 // Listener receives the revoked holders (the revocation dispatcher). It must not block: it
 // counts the reap and queues the handlers.
 type Listener interface {
-	Revoked(ctx context.Context, reason string, holders []leasestore.Holder)
+	Revoked(ctx context.Context, reason string, holders []lease.Holder)
 }
 
 // Sweeper runs one reaper round now, dispatching what it reaps itself (*sweeper.Sweeper).
@@ -215,7 +216,7 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 	holder, ok, err := h.store.Revoke(ctx, body.Token, body.Tenant)
 	if ok {
 		// Deleted is revoked: the handler must run even if returning the levels failed.
-		h.revoked(ctx, r, []leasestore.Holder{holder})
+		h.revoked(ctx, r, []lease.Holder{holder})
 	}
 	if err != nil {
 		var partial any
@@ -297,7 +298,7 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request) {
 
 // revoked logs and hands revoked holders to the listener. The listener only queues, and
 // its work outlives the request: it gets the request's values without its cancellation.
-func (h *handler) revoked(ctx context.Context, r *http.Request, holders []leasestore.Holder) {
+func (h *handler) revoked(ctx context.Context, r *http.Request, holders []lease.Holder) {
 	if len(holders) == 0 {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
@@ -28,7 +29,7 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 	ctx := ctxT(t)
 	req := request("acme", "u", podA, caps(1, 1, 1, 1))
 	h := mustAcquire(t, s, req)
-	if _, err := s.Acquire(ctx, req); !errors.Is(err, leasestore.ErrBusy) {
+	if _, err := s.Acquire(ctx, req); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("second acquire before the revoke = %v, want busy", err)
 	}
 
@@ -51,7 +52,7 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 	}
 
 	// The state of the world: holder gone, every booked level returned, the handler queued.
-	if _, err := s.GetHolder(ctx, h.Token); !errors.Is(err, leasestore.ErrLost) {
+	if _, err := s.GetHolder(ctx, h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("holder after revoke: %v, want LEASE_LOST", err)
 	}
 	for key, v := range counters(t, s) {
@@ -354,7 +355,7 @@ func TestSweep(t *testing.T) {
 		{name: "empty object body", body: `{}`, wantStatus: http.StatusOK},
 		{
 			name: "store failed mid-round", res: partial,
-			err:        fmt.Errorf("reaping pods: %w", leasestore.ErrUnavailable),
+			err:        fmt.Errorf("reaping pods: %w", lease.ErrUnavailable),
 			wantStatus: http.StatusServiceUnavailable, wantCode: adminapi.CodeUnavailable,
 			want: adminapi.SweepView{Idle: 2, Reconcile: adminapi.ReconcileView{Skipped: 1}},
 		},

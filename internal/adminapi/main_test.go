@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
@@ -69,16 +70,16 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // caps returns caps for all four levels.
-func caps(user, project, tenant, global int) []leasestore.LevelCap {
-	return []leasestore.LevelCap{
-		{Level: leasestore.LevelUser, Cap: user},
-		{Level: leasestore.LevelProject, Cap: project},
-		{Level: leasestore.LevelTenant, Cap: tenant},
-		{Level: leasestore.LevelGlobal, Cap: global},
+func caps(user, project, tenant, global int) []lease.LevelCap {
+	return []lease.LevelCap{
+		{Level: lease.LevelUser, Cap: user},
+		{Level: lease.LevelProject, Cap: project},
+		{Level: lease.LevelTenant, Cap: tenant},
+		{Level: lease.LevelGlobal, Cap: global},
 	}
 }
 
-func request(tenant, user string, pod leasestore.PodRef, c []leasestore.LevelCap) leasestore.AcquireRequest {
+func request(tenant, user string, pod lease.PodRef, c []lease.LevelCap) leasestore.AcquireRequest {
 	return leasestore.AcquireRequest{
 		LeaseName: "tex",
 		Resource:  "tex2pdf",
@@ -96,12 +97,12 @@ func request(tenant, user string, pod leasestore.PodRef, c []leasestore.LevelCap
 }
 
 var (
-	podA  = leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}
-	podA2 = leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a2"} // pod-a recreated
-	podB  = leasestore.PodRef{Namespace: "ns", Name: "pod-b", UID: "uid-b"}
+	podA  = lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}
+	podA2 = lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a2"} // pod-a recreated
+	podB  = lease.PodRef{Namespace: "ns", Name: "pod-b", UID: "uid-b"}
 )
 
-func mustAcquire(t testing.TB, s *leasestore.Store, req leasestore.AcquireRequest) leasestore.Holder {
+func mustAcquire(t testing.TB, s *leasestore.Store, req leasestore.AcquireRequest) lease.Holder {
 	t.Helper()
 	h, err := s.Acquire(context.Background(), req)
 	if err != nil {
@@ -151,7 +152,7 @@ type recordingListener struct {
 	ctxs  []context.Context
 }
 
-func (l *recordingListener) Revoked(ctx context.Context, reason string, holders []leasestore.Holder) {
+func (l *recordingListener) Revoked(ctx context.Context, reason string, holders []lease.Holder) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := call{Reason: reason, Tokens: []string{}}

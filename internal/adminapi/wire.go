@@ -12,6 +12,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/jsonbody"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
@@ -112,7 +113,7 @@ type HolderView struct {
 }
 
 // HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
-func HolderViewOf(h leasestore.Holder) HolderView {
+func HolderViewOf(h lease.Holder) HolderView {
 	levels := h.Levels
 	if levels == nil {
 		levels = []string{}
@@ -137,7 +138,7 @@ func HolderViewOf(h leasestore.Holder) HolderView {
 	}
 }
 
-func holderViews(hs []leasestore.Holder) []HolderView {
+func holderViews(hs []lease.Holder) []HolderView {
 	out := make([]HolderView, 0, len(hs))
 	for _, h := range hs {
 		out = append(out, HolderViewOf(h))
@@ -226,7 +227,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, partia
 	h.audit(r).Error(err, "Admin operation failed", "partial", partial != nil)
 	body := ErrorBody{Error: CodeInternal, Message: err.Error(), Result: partial}
 	status := http.StatusInternalServerError
-	if errors.Is(err, leasestore.ErrUnavailable) {
+	if errors.Is(err, lease.ErrUnavailable) {
 		body.Error, status = CodeUnavailable, http.StatusServiceUnavailable
 	}
 	if partial != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
@@ -113,8 +114,8 @@ tenant and is left out.`,
 	return c
 }
 
-func parseLevel(s string) (leasestore.Level, error) {
-	for _, l := range leasestore.Levels {
+func parseLevel(s string) (lease.Level, error) {
+	for _, l := range lease.Levels {
 		if string(l) == s {
 			return l, nil
 		}
@@ -123,7 +124,7 @@ func parseLevel(s string) (leasestore.Level, error) {
 }
 
 // renderCounters writes the counter table; now is the server's time.
-func renderCounters(w io.Writer, now time.Time, counters []leasestore.Counter) error {
+func renderCounters(w io.Writer, now time.Time, counters []lease.Counter) error {
 	t := newTable(w, "RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "UPDATED")
 	for _, c := range counters {
 		t.row(c.Resource, string(c.Level), c.Scope, strconv.Itoa(c.Count), strconv.Itoa(c.Booked), driftMarker(c), age(now, c.UpdatedAt))
@@ -133,14 +134,14 @@ func renderCounters(w io.Writer, now time.Time, counters []leasestore.Counter) e
 
 // driftMarker is "-" without drift, otherwise COUNT - BOOKED with its sign: "+n" (n slots
 // counted that no holder books) or "-n" (n booked slots not counted).
-func driftMarker(c leasestore.Counter) string {
+func driftMarker(c lease.Counter) string {
 	if !c.Drift() {
 		return "-"
 	}
 	return fmt.Sprintf("%+d", c.Count-c.Booked)
 }
 
-func driftCount(counters []leasestore.Counter) int {
+func driftCount(counters []lease.Counter) int {
 	n := 0
 	for _, c := range counters {
 		if c.Drift() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
@@ -25,7 +26,7 @@ func crashAt(step leasestore.Step) leasestore.FaultFunc {
 // driftSetup books two holders of r for acme/u and releases one through a store that
 // crashes between the holder's deletion and the decrement: every counter stays at 2 while
 // one holder books it.
-func driftSetup(t *testing.T) (testStore, leasestore.Holder) {
+func driftSetup(t *testing.T) (testStore, lease.Holder) {
 	t.Helper()
 	s := newStore(t)
 	faulty := connect(t, s.uri, s.db, leasestore.WithFault(crashAt(leasestore.StepHolderDeleted)))
@@ -40,7 +41,7 @@ func driftSetup(t *testing.T) (testStore, leasestore.Holder) {
 func TestCountersShowDrift(t *testing.T) {
 	s, _ := driftSetup(t)
 	// A second resource without drift.
-	mustAcquire(t, s.Store, request("q", "globex", "bob", podB, []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: 5}}))
+	mustAcquire(t, s.Store, request("q", "globex", "bob", podB, []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 5}}))
 
 	cases := []struct {
 		name  string

@@ -20,6 +20,7 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // ClusterSource is a definition.LayerSource over a direct (uncached) client: it lists the
@@ -388,11 +389,11 @@ built-in layer here is the compiled-in one only. If the manager watches only som
 // explainError says what a failed resolution means for acquisitions.
 func explainError(err error, name, tenant, project, host string) error {
 	switch {
-	case errors.Is(err, definition.ErrInvalid):
+	case errors.Is(err, lease.ErrInvalid):
 		return err
 	case errors.Is(err, definition.ErrLayerRead):
 		return fmt.Errorf("cannot read the LeaseDefinitions from the cluster %s: %w; check --kubeconfig/--context and that you may list leasedefinitions.lease.vancetope.io", host, err)
-	case errors.Is(err, definition.ErrUnavailable):
+	case errors.Is(err, lease.ErrUnavailable):
 		return fmt.Errorf("%w\nAcquisitions of %s in %s/%s answer LEASE_UNAVAILABLE until this is fixed (fail closed)", err, name, tenant, project)
 	}
 	return err

@@ -19,6 +19,7 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/cli"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 )
 
@@ -198,7 +199,7 @@ Ignored fields: none
 			name:   "bad scope",
 			source: memSource{},
 			lease:  "tex", tenant: "ac/me", project: "website",
-			wantErr: definition.ErrInvalid,
+			wantErr: lease.ErrInvalid,
 		},
 	}
 	for _, tc := range cases {

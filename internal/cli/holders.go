@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
@@ -23,7 +24,7 @@ type holderJSON struct {
 	TTLSeconds float64 `json:"ttlSeconds"`
 }
 
-func toHolderJSON(h leasestore.Holder) holderJSON {
+func toHolderJSON(h lease.Holder) holderJSON {
 	return holderJSON{HolderView: adminapi.HolderViewOf(h), TTLSeconds: h.TTL.Seconds()}
 }
 
@@ -106,7 +107,7 @@ func describeHolderFilter(f leasestore.HolderFilter) string {
 }
 
 // renderHolders writes the holder table; now is the server's time.
-func renderHolders(w io.Writer, now time.Time, holders []leasestore.Holder) error {
+func renderHolders(w io.Writer, now time.Time, holders []lease.Holder) error {
 	t := newTable(w, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "AGE", "IDLE", "TTL")
 	for _, h := range holders {
 		t.row(h.Token, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h),
@@ -117,7 +118,7 @@ func renderHolders(w io.Writer, now time.Time, holders []leasestore.Holder) erro
 
 // stateOf is the stored state, marked when the holder is idle past its TTL (the next sweep
 // reaps it).
-func stateOf(now time.Time, h leasestore.Holder) string {
+func stateOf(now time.Time, h lease.Holder) string {
 	s := string(h.State)
 	if !h.LastSeenAt.IsZero() && h.LastSeenAt.Add(h.TTL).Before(now) {
 		s += ",IDLE-EXPIRED"
@@ -149,7 +150,7 @@ func newShowCommand(o *options) *cobra.Command {
 			}
 			defer s.close()
 			h, err := s.GetHolder(ctx, token)
-			if errors.Is(err, leasestore.ErrLost) {
+			if errors.Is(err, lease.ErrLost) {
 				return fmt.Errorf("no holder with token %s in database %s (released, reaped or revoked?)", token, s.db)
 			}
 			if err != nil {
@@ -174,7 +175,7 @@ func newShowCommand(o *options) *cobra.Command {
 }
 
 // renderHolder writes one holder, describe-style; counters are those of its resource.
-func renderHolder(w io.Writer, now time.Time, h leasestore.Holder, counters []leasestore.Counter) error {
+func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.Counter) error {
 	p := newPrinter(w)
 	field := func(name, value string) {
 		if value == "" {
@@ -213,7 +214,7 @@ func renderHolder(w io.Writer, now time.Time, h leasestore.Holder, counters []le
 	if len(h.Levels) == 0 {
 		p.println("  <none>")
 	} else {
-		byKey := make(map[string]leasestore.Counter, len(counters))
+		byKey := make(map[string]lease.Counter, len(counters))
 		for _, c := range counters {
 			byKey[c.Key] = c
 		}
@@ -237,7 +238,7 @@ func renderHolder(w io.Writer, now time.Time, h leasestore.Holder, counters []le
 			p.println("  (a booked counter is missing, which the funnel never leaves; reconcile recreates it)")
 		}
 	}
-	if h.State == leasestore.StatePending {
+	if h.State == lease.StatePending {
 		p.println("  (PENDING: the acquisition is booking its levels, or crashed while doing so)")
 	}
 

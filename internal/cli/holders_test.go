@@ -7,22 +7,21 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // seeded holds three holders: acme/ann on pod-a (tex2pdf, tex), acme on pod-a's recreated
 // pod (browser, mcp, no user) and globex/bob on pod-b (tex2pdf, tex).
 type seeded struct {
 	s                    testStore
-	ann, browser, globex leasestore.Holder
+	ann, browser, globex lease.Holder
 }
 
 func seed(t *testing.T) seeded {
 	t.Helper()
 	s := newStore(t)
 	ann := mustAcquire(t, s.Store, request("tex2pdf", "acme", "ann", podA, caps(1, 2, 3, 6)))
-	bReq := request("browser", "acme", "", podA2, []leasestore.LevelCap{{Level: leasestore.LevelProject, Cap: 2}})
+	bReq := request("browser", "acme", "", podA2, []lease.LevelCap{{Level: lease.LevelProject, Cap: 2}})
 	bReq.Type, bReq.LeaseName, bReq.PodBound = "mcp", "browser", false
 	bReq.Payload = map[string]string{"endpoint": "http://mcp:8080/mcp", "sessionId": "s-1"}
 	browser := mustAcquire(t, s.Store, bReq)

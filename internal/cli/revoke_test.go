@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
@@ -25,7 +26,7 @@ func TestRevokeForceFreesTheSlotWithoutHandler(t *testing.T) {
 	s := newStore(t)
 	req := request("tex2pdf", "acme", "ann", podA, caps(1, 1, 1, 1))
 	h := mustAcquire(t, s.Store, req)
-	if _, err := s.Acquire(ctxT(t), req); !errors.Is(err, leasestore.ErrBusy) {
+	if _, err := s.Acquire(ctxT(t), req); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("second acquire before the revoke = %v, want busy", err)
 	}
 	// No manager anywhere: --force needs none.
@@ -41,7 +42,7 @@ func TestRevokeForceFreesTheSlotWithoutHandler(t *testing.T) {
 	}
 
 	// The state of the world: holder gone, every counter back, the slot free.
-	if _, err := s.GetHolder(ctxT(t), h.Token); !errors.Is(err, leasestore.ErrLost) {
+	if _, err := s.GetHolder(ctxT(t), h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("holder after revoke --force: %v, want LEASE_LOST", err)
 	}
 	if _, err := s.Acquire(ctxT(t), req); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
@@ -247,7 +248,7 @@ type store struct {
 
 // wrap names the store in a store error and says what to check.
 func (s *store) wrap(op string, err error) error {
-	if errors.Is(err, leasestore.ErrUnavailable) {
+	if errors.Is(err, lease.ErrUnavailable) {
 		return fmt.Errorf("%s: cannot use the lease store (MongoDB %s, database %s): %w; check --mongodb-uri or $%s and that the server is reachable from here",
 			op, redactURI(s.uri), s.db, err, EnvMongoURI)
 	}

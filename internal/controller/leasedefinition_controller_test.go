@@ -19,6 +19,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 const (
@@ -75,11 +76,11 @@ func expectResolves(ctx context.Context, tenant, project, lease string, want def
 }
 
 // expectUnavailable waits until resolving lease in (tenant, project) fails closed.
-func expectUnavailable(ctx context.Context, tenant, project, lease string, cause error) {
+func expectUnavailable(ctx context.Context, tenant, project, name string, cause error) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		_, err := resolver.Resolve(ctx, tenant, project, lease)
-		g.Expect(err).To(MatchError(definition.ErrUnavailable))
+		_, err := resolver.Resolve(ctx, tenant, project, name)
+		g.Expect(err).To(MatchError(lease.ErrUnavailable))
 		g.Expect(err).To(MatchError(cause))
 	}).Should(Succeed())
 }

@@ -12,6 +12,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 func TestBuildStatus(t *testing.T) {
@@ -68,8 +69,8 @@ func TestBuildStatus(t *testing.T) {
 				}},
 		},
 		"invalid": {
-			v: verdict{layerErr: errors.Join(&definition.FieldError{Field: "levels.user", Detail: "cap must be at least 1, got 0"},
-				&definition.FieldError{Field: "waitMs", Detail: "must be between 0 and 600000, got -1"})},
+			v: verdict{layerErr: errors.Join(&lease.InvalidError{Field: "levels.user", Detail: "cap must be at least 1, got 0"},
+				&lease.InvalidError{Field: "waitMs", Detail: "must be between 0 and 600000, got -1"})},
 			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
 				Conditions: []metav1.Condition{ready(metav1.ConditionFalse, leasev1alpha1.ReasonInvalid,
 					"The definition is invalid; the scopes that use it are unavailable: levels.user: cap must be at least 1, got 0; waitMs: must be between 0 and 600000, got -1", now),

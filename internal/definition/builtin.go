@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"sigs.k8s.io/yaml"
 )
 
@@ -38,10 +39,10 @@ func ParseDocument(fileName string, data []byte, source string) (Layer, error) {
 		return Layer{}, fmt.Errorf("parsing %s: %w", fileName, err)
 	}
 	if doc.Name == "" {
-		return Layer{}, &FieldError{Field: "name", Detail: "is required"}
+		return Layer{}, &lease.InvalidError{Field: "name", Detail: "is required"}
 	}
 	if doc.Name != name {
-		return Layer{}, &FieldError{Field: "name", Detail: fmt.Sprintf("%q must match the file name %q", doc.Name, fileName)}
+		return Layer{}, &lease.InvalidError{Field: "name", Detail: fmt.Sprintf("%q must match the file name %q", doc.Name, fileName)}
 	}
 	l := Layer{Kind: KindBuiltin, Source: source, Name: doc.Name, Resource: doc.Resource,
 		TTLSeconds: doc.TTLSeconds, WaitMs: doc.WaitMs}

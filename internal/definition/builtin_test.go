@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 func TestParseDocument(t *testing.T) {
@@ -66,7 +67,7 @@ func TestLoadBuiltins(t *testing.T) {
 
 	type lookup struct {
 		layer   *Layer
-		wantErr string // the lookup fails with ErrUnavailable containing this
+		wantErr string // the lookup fails with lease.ErrUnavailable containing this
 	}
 	cases := map[string]struct {
 		dir          fs.FS
@@ -122,19 +123,19 @@ func TestLoadBuiltins(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadBuiltins() error = %v", err)
 			}
-			for lease, want := range tc.want {
-				got, err := b.Layer(lease)
+			for leaseName, want := range tc.want {
+				got, err := b.Layer(leaseName)
 				if want.wantErr != "" {
-					if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), want.wantErr) {
-						t.Errorf("Layer(%q) error = %v, want ErrUnavailable containing %q", lease, err, want.wantErr)
+					if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), want.wantErr) {
+						t.Errorf("Layer(%q) error = %v, want ErrUnavailable containing %q", leaseName, err, want.wantErr)
 					}
 					continue
 				}
 				if err != nil {
-					t.Fatalf("Layer(%q) error = %v", lease, err)
+					t.Fatalf("Layer(%q) error = %v", name, err)
 				}
 				if diff := cmp.Diff(want.layer, got); diff != "" {
-					t.Errorf("Layer(%q) mismatch (-want +got):\n%s", lease, diff)
+					t.Errorf("Layer(%q) mismatch (-want +got):\n%s", leaseName, diff)
 				}
 			}
 			if diff := cmp.Diff(tc.wantNames, b.Names()); diff != "" {

@@ -3,22 +3,17 @@ package definition
 import (
 	"errors"
 	"fmt"
-)
 
-// ErrUnavailable is the outcome LEASE_UNAVAILABLE: a layer the resolution depends on is broken
-// (unparseable, invalid, unreadable, or in conflict with another document for the same scope),
-// so the lease must not be used. Check with errors.Is; the error is an *UnavailableError.
-var ErrUnavailable = errors.New("lease definition unavailable")
+	"github.com/vancetope/lease-operator/internal/lease"
+)
 
 // ErrConflict marks an UnavailableError caused by two documents for the same
 // (leaseName, tenant, project).
 var ErrConflict = errors.New("conflicting lease definitions")
 
-// ErrInvalid is the outcome INVALID_REQUEST: the caller passed a bad lease name, scope or
-// inline definition. Check with errors.Is; the error is an *InvalidError naming the field.
-var ErrInvalid = errors.New("invalid lease request")
-
-// UnavailableError reports why the definition of a lease is unavailable in a scope.
+// UnavailableError is LEASE_UNAVAILABLE for a definition: a layer the resolution depends on is
+// broken (unparseable, invalid, unreadable, or in conflict with another document for the same
+// scope), so the lease must not be used. It reports why the definition of a lease is unavailable in a scope.
 type UnavailableError struct {
 	// Name, Tenant and Project are the scope of the failed resolution (empty when unknown).
 	Name, Tenant, Project string
@@ -36,30 +31,8 @@ func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("lease definition %q unavailable%s: %s: %v", e.Name, scope, e.Source, e.Err)
 }
 
-// Is reports ErrUnavailable.
-func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+// Is reports lease.ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == lease.ErrUnavailable }
 
 // Unwrap returns the cause.
 func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// InvalidError is a bad request: Field names the offending field as the caller spelled it
-// (e.g. "lease", "tenant", "inline.levels.global").
-type InvalidError struct {
-	Field  string
-	Detail string
-}
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Detail }
-
-// Is reports ErrInvalid.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
-
-// FieldError is a validation failure of one field of a layer document. A layer with field
-// errors is broken; resolutions that depend on it fail with an *UnavailableError wrapping the
-// joined field errors.
-type FieldError struct {
-	Field  string
-	Detail string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }

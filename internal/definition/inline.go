@@ -3,6 +3,8 @@ package definition
 import (
 	"fmt"
 	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // InlineSpec is a lease definition carried inline by a consumer (specification §2, "Inline
@@ -30,16 +32,16 @@ func Inline(tenant, project string, spec InlineSpec) (Definition, error) {
 		return Definition{}, err
 	}
 	if spec.Name == "" {
-		return Definition{}, &InvalidError{Field: "inline.name", Detail: "is required"}
+		return Definition{}, &lease.InvalidError{Field: "inline.name", Detail: "is required"}
 	}
 	if !ValidName(spec.Name) {
-		return Definition{}, &InvalidError{Field: "inline.name",
+		return Definition{}, &lease.InvalidError{Field: "inline.name",
 			Detail: fmt.Sprintf("%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", spec.Name)}
 	}
 	l := Layer{Kind: KindProject, Name: spec.Name, Resource: spec.Resource, Levels: spec.Levels,
 		TTLSeconds: spec.TTLSeconds, WaitMs: spec.WaitMs}
 	if ign := IgnoredFields(l); len(ign) > 0 {
-		return Definition{}, &InvalidError{Field: inlineField(ign[0]),
+		return Definition{}, &lease.InvalidError{Field: inlineField(ign[0]),
 			Detail: "is not allowed in an inline definition (only levels.project, levels.user, ttlSeconds and waitMs); shared ceilings belong in a name reference"}
 	}
 	for _, c := range []struct {
@@ -47,7 +49,7 @@ func Inline(tenant, project string, spec InlineSpec) (Definition, error) {
 		v     *int32
 	}{{FieldLevelsProject, spec.Levels.Project}, {FieldLevelsUser, spec.Levels.User}} {
 		if c.v != nil && *c.v < 1 {
-			return Definition{}, &InvalidError{Field: inlineField(c.field), Detail: fmt.Sprintf("cap must be at least 1, got %d", *c.v)}
+			return Definition{}, &lease.InvalidError{Field: inlineField(c.field), Detail: fmt.Sprintf("cap must be at least 1, got %d", *c.v)}
 		}
 	}
 	d := Definition{
@@ -60,14 +62,14 @@ func Inline(tenant, project string, spec InlineSpec) (Definition, error) {
 	}
 	if v := spec.TTLSeconds; v != nil {
 		if *v < 1 || *v > MaxTTLSeconds {
-			return Definition{}, &InvalidError{Field: inlineField(FieldTTLSeconds),
+			return Definition{}, &lease.InvalidError{Field: inlineField(FieldTTLSeconds),
 				Detail: fmt.Sprintf("must be between 1 and %d, got %d", MaxTTLSeconds, *v)}
 		}
 		d.TTL = time.Duration(*v) * time.Second
 	}
 	if v := spec.WaitMs; v != nil {
 		if *v < 0 || *v > MaxWaitMs {
-			return Definition{}, &InvalidError{Field: inlineField(FieldWaitMs),
+			return Definition{}, &lease.InvalidError{Field: inlineField(FieldWaitMs),
 				Detail: fmt.Sprintf("must be between 0 and %d, got %d", MaxWaitMs, *v)}
 		}
 		d.Wait = time.Duration(*v) * time.Millisecond

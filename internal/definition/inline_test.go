@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 func TestInline(t *testing.T) {
@@ -14,7 +15,7 @@ func TestInline(t *testing.T) {
 		tenant, project string
 		json            string // the request's inline object
 		want            Definition
-		wantField       string // the field the *InvalidError names
+		wantField       string // the field the *lease.InvalidError names
 	}{
 		"project-private resource and owned fields": {
 			tenant: "acme", project: "web",
@@ -45,15 +46,15 @@ func TestInline(t *testing.T) {
 			}
 			got, err := Inline(tc.tenant, tc.project, spec)
 			if tc.wantField != "" {
-				var inv *InvalidError
-				if !errors.As(err, &inv) || !errors.Is(err, ErrInvalid) {
-					t.Fatalf("Inline() error = %v, want an *InvalidError", err)
+				var inv *lease.InvalidError
+				if !errors.As(err, &inv) || !errors.Is(err, lease.ErrInvalid) {
+					t.Fatalf("Inline() error = %v, want an *lease.InvalidError", err)
 				}
 				if inv.Field != tc.wantField {
 					t.Errorf("Inline() error names %q, want %q (%v)", inv.Field, tc.wantField, err)
 				}
-				if errors.Is(err, ErrUnavailable) {
-					t.Errorf("Inline() error = %v is ErrUnavailable, want only ErrInvalid", err)
+				if errors.Is(err, lease.ErrUnavailable) {
+					t.Errorf("Inline() error = %v is lease.ErrUnavailable, want only lease.ErrInvalid", err)
 				}
 				return
 			}

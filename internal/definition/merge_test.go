@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -26,7 +27,7 @@ func TestMerge(t *testing.T) {
 	cases := map[string]struct {
 		stack   Stack
 		want    Result
-		wantErr string // substring; the error must also be ErrUnavailable
+		wantErr string // substring; the error must also be lease.ErrUnavailable
 	}{
 		"no layer at all is a NOOP with defaults": {
 			stack: Stack{Scope: scope},
@@ -117,8 +118,8 @@ func TestMerge(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got, err := Merge(tc.stack)
 			if tc.wantErr != "" {
-				if !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("Merge() error = %v, want ErrUnavailable", err)
+				if !errors.Is(err, lease.ErrUnavailable) {
+					t.Fatalf("Merge() error = %v, want lease.ErrUnavailable", err)
 				}
 				var ue *UnavailableError
 				if !errors.As(err, &ue) || ue.Name != tc.stack.Scope.Name || ue.Tenant != tc.stack.Scope.Tenant {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // ErrLayerRead marks an UnavailableError caused by a failure to read the stored documents
@@ -65,8 +67,8 @@ func NewResolver(builtins *Builtins, source LayerSource, opts ...Option) *Resolv
 }
 
 // Resolve returns the merged definition of the lease reference name for an acquisition in
-// (tenant, project). The reference "none" or "" is a NOOP. Errors: *InvalidError (ErrInvalid)
-// for a bad name or scope, *UnavailableError (ErrUnavailable) when a layer is broken, in
+// (tenant, project). The reference "none" or "" is a NOOP. Errors: *InvalidError (lease.ErrInvalid)
+// for a bad name or scope, *UnavailableError (lease.ErrUnavailable) when a layer is broken, in
 // conflict or unreadable.
 func (r *Resolver) Resolve(ctx context.Context, tenant, project, name string) (Definition, error) {
 	if name == "" || name == NoneReference {
@@ -119,7 +121,7 @@ func (r *Resolver) Explain(ctx context.Context, tenant, project, name string) (R
 
 func validateReference(tenant, project, name string) error {
 	if !ValidName(name) {
-		return &InvalidError{Field: "lease", Detail: fmt.Sprintf("%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", name)}
+		return &lease.InvalidError{Field: "lease", Detail: fmt.Sprintf("%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", name)}
 	}
 	return ValidateScope(tenant, project)
 }

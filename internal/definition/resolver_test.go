@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // memSource is an in-memory LayerSource.
@@ -159,13 +160,13 @@ func TestResolve(t *testing.T) {
 		{name: "conflict at the system layer affects every scope", tenant: "other", project: "web", lease: "sysdup",
 			wantErr: ErrConflict, wantMsg: "sys/sysdup, sys/sysdup-2"},
 		{name: "cap 0 fails closed", tenant: "acme", project: "web", lease: "badcap",
-			wantErr: ErrUnavailable, wantMsg: "levels.tenant: cap must be at least 1"},
+			wantErr: lease.ErrUnavailable, wantMsg: "levels.tenant: cap must be at least 1"},
 		{name: "broken built-in fails closed", tenant: "acme", project: "web", lease: "broken",
-			wantErr: ErrUnavailable, wantMsg: "defaults-dir broken.yaml"},
+			wantErr: lease.ErrUnavailable, wantMsg: "defaults-dir broken.yaml"},
 		{name: "invalid lease name", tenant: "acme", project: "web", lease: "../etc",
-			wantErr: ErrInvalid, wantMsg: "lease:"},
+			wantErr: lease.ErrInvalid, wantMsg: "lease:"},
 		{name: "invalid tenant", tenant: "", project: "web", lease: "tex",
-			wantErr: ErrInvalid, wantMsg: "tenant:"},
+			wantErr: lease.ErrInvalid, wantMsg: "tenant:"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,8 +175,8 @@ func TestResolve(t *testing.T) {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(fmt.Sprint(err), tc.wantMsg) {
 					t.Fatalf("Resolve() error = %v, want %v containing %q", err, tc.wantErr, tc.wantMsg)
 				}
-				if errors.Is(tc.wantErr, ErrConflict) && !errors.Is(err, ErrUnavailable) {
-					t.Errorf("Resolve() error = %v, a conflict must be ErrUnavailable", err)
+				if errors.Is(tc.wantErr, ErrConflict) && !errors.Is(err, lease.ErrUnavailable) {
+					t.Errorf("Resolve() error = %v, a conflict must be lease.ErrUnavailable", err)
 				}
 				if slices.Contains(r.cached(tc.lease), tc.tenant+"/"+tc.project) {
 					t.Errorf("a failed resolution was cached")
@@ -308,8 +309,8 @@ func TestResolveReadErrorFailsClosed(t *testing.T) {
 	source.err = errors.New("cache not started")
 	r := NewResolver(mustBuiltins(t, nil), source)
 	_, err := r.Resolve(t.Context(), "a", "p", "tex")
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrLayerRead) {
-		t.Fatalf("Resolve() error = %v, want ErrUnavailable and ErrLayerRead", err)
+	if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, ErrLayerRead) {
+		t.Fatalf("Resolve() error = %v, want lease.ErrUnavailable and ErrLayerRead", err)
 	}
 	if got := r.cached("tex"); len(got) != 0 {
 		t.Errorf("cached %v after a read error", got)

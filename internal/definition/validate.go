@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // Bounds of the numeric fields; the CRD schema carries the same bounds.
@@ -31,21 +33,21 @@ func ValidName(name string) bool { return namePattern.MatchString(name) }
 // TenantProject are accepted: they resolve the system and the tenant-wide scope.
 func ValidateScope(tenant, project string) error {
 	if tenant != SystemTenant && !idPattern.MatchString(tenant) {
-		return &InvalidError{Field: "tenant", Detail: fmt.Sprintf("%q is not a valid tenant ID", tenant)}
+		return &lease.InvalidError{Field: "tenant", Detail: fmt.Sprintf("%q is not a valid tenant ID", tenant)}
 	}
 	if project != TenantProject && !idPattern.MatchString(project) {
-		return &InvalidError{Field: "project", Detail: fmt.Sprintf("%q is not a valid project ID", project)}
+		return &lease.InvalidError{Field: "project", Detail: fmt.Sprintf("%q is not a valid project ID", project)}
 	}
 	return nil
 }
 
 // ValidateLayer checks a layer document: name, scope matching its kind, and every field it
 // sets (owned or not: a document with a broken value is broken). It returns the joined
-// *FieldError values, or nil.
+// *lease.InvalidError values, or nil.
 func ValidateLayer(l Layer) error {
 	var errs []error
 	add := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+		errs = append(errs, &lease.InvalidError{Field: field, Detail: fmt.Sprintf(format, args...)})
 	}
 	if !ValidName(l.Name) {
 		add("name", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", l.Name)
@@ -57,7 +59,7 @@ func ValidateLayer(l Layer) error {
 		}
 	case KindSystem, KindTenant, KindProject:
 		if err := ValidateScope(l.Tenant, l.Project); err != nil {
-			var inv *InvalidError
+			var inv *lease.InvalidError
 			errors.As(err, &inv)
 			add(inv.Field, "%s", inv.Detail)
 		} else if got := KindOf(l.Tenant, l.Project); got != l.Kind {
@@ -96,7 +98,7 @@ func ValidateLayer(l Layer) error {
 
 // CheckLayer is the verdict on one stored document, given every document stored under its
 // key (itself included): the fields it sets that its layer does not own, and an error if it
-// is broken (the joined *FieldError values of ValidateLayer) or conflicts with another
+// is broken (the joined *lease.InvalidError values of ValidateLayer) or conflicts with another
 // document under the same key (an error wrapping ErrConflict that names the others).
 func CheckLayer(l Layer, sameKey []Layer) (ignored []Field, err error) {
 	ignored = IgnoredFields(l)

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vancetope/lease-operator/internal/admission"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 )
 
 // events is the long-poll GET /v1/leases/{token}/events?timeout=30s: 200 with the event when
@@ -15,8 +16,8 @@ import (
 // arrives early, LEASE_LOST on the next check arrives in any case.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	token := r.PathValue("token")
-	if !admission.ValidToken(token) {
-		writeError(w, r, &admission.InvalidError{Field: "token", Detail: "is not a valid lease token"})
+	if !leasing.ValidToken(token) {
+		writeError(w, r, &lease.InvalidError{Field: "token", Detail: "is not a valid lease token"})
 		return
 	}
 	timeout, err := parseTimeout(r.URL.Query().Get("timeout"))
@@ -45,12 +46,12 @@ func parseTimeout(s string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.ParseInt(s, 10, 64)
 		if nerr != nil || n > int64(MaxEventTimeout/time.Second) {
-			return 0, &admission.InvalidError{Field: "timeout", Detail: "must be a duration such as 30s, at most " + MaxEventTimeout.String()}
+			return 0, &lease.InvalidError{Field: "timeout", Detail: "must be a duration such as 30s, at most " + MaxEventTimeout.String()}
 		}
 		d = time.Duration(n) * time.Second
 	}
 	if d <= 0 || d > MaxEventTimeout {
-		return 0, &admission.InvalidError{Field: "timeout", Detail: "must be positive and at most " + MaxEventTimeout.String()}
+		return 0, &lease.InvalidError{Field: "timeout", Detail: "must be positive and at most " + MaxEventTimeout.String()}
 	}
 	return d, nil
 }

@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/vancetope/lease-operator/internal/admission"
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 )
 
@@ -27,9 +27,9 @@ const (
 )
 
 // PodIdentity returns the pod of the caller of a request. An error satisfying
-// admission.ErrUnavailable is answered 503 (e.g. the pod informer has not synced); any other
+// lease.ErrUnavailable is answered 503 (e.g. the pod informer has not synced); any other
 // error 400 INVALID_REQUEST with field "pod". A zero PodRef means "no pod".
-type PodIdentity func(*http.Request) (leasestore.PodRef, error)
+type PodIdentity func(*http.Request) (lease.PodRef, error)
 
 // Option configures the handler.
 type Option func(*handler)
@@ -44,14 +44,14 @@ func WithEvents(hub *notify.Hub) Option { return func(h *handler) { h.hub = hub 
 
 // WithMaxWait caps the wait of every acquisition served here (it shortens, never lengthens,
 // the definition's waitMs), so that an answer always fits in the server's write timeout. Set
-// it below http.Server.WriteTimeout; without it a wait may last up to admission.MaxWait.
+// it below http.Server.WriteTimeout; without it a wait may last up to leasing.MaxWait.
 func WithMaxWait(d time.Duration) Option { return func(h *handler) { h.maxWait = &d } }
 
 // WithMaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
 func WithMaxBodyBytes(n int64) Option { return func(h *handler) { h.maxBody = n } }
 
 type handler struct {
-	svc      *admission.Service
+	svc      *leasing.Service
 	identity PodIdentity
 	hub      *notify.Hub
 	maxBody  int64
@@ -68,8 +68,8 @@ type handler struct {
 //	GET    /v1/leases/{token}/events    long-poll for a revocation (WithEvents)
 //
 // A server running it needs a write timeout above the longest wait (waitMs, at most
-// admission.MaxWait, or WithMaxWait) and the long-poll bound (MaxEventTimeout).
-func NewHandler(svc *admission.Service, opts ...Option) http.Handler {
+// leasing.MaxWait, or WithMaxWait) and the long-poll bound (MaxEventTimeout).
+func NewHandler(svc *leasing.Service, opts ...Option) http.Handler {
 	h := &handler{svc: svc, maxBody: DefaultMaxBodyBytes, mux: http.NewServeMux()}
 	for _, o := range opts {
 		o(h)
@@ -101,8 +101,8 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 	if h.identity != nil {
 		pod, err := h.identity(r)
 		if err != nil {
-			if !errors.Is(err, admission.ErrUnavailable) {
-				err = &admission.InvalidError{Field: "pod", Detail: "the calling pod is not known: " + err.Error()}
+			if !errors.Is(err, lease.ErrUnavailable) {
+				err = &lease.InvalidError{Field: "pod", Detail: "the calling pod is not known: " + err.Error()}
 			}
 			writeError(w, r, err)
 			return
@@ -127,8 +127,8 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {
 	token := r.PathValue("token")
-	if !admission.ValidToken(token) {
-		writeError(w, r, &admission.InvalidError{Field: "token", Detail: "is not a valid lease token"})
+	if !leasing.ValidToken(token) {
+		writeError(w, r, &lease.InvalidError{Field: "token", Detail: "is not a valid lease token"})
 		return
 	}
 	var body payloadBody

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
@@ -23,7 +23,7 @@ import (
 const texBody = `{"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice","holderRef":"job-7","podBound":true,"payload":{"jobId":"j-1"}}`
 
 func TestLeaseLifecycle(t *testing.T) {
-	pod := leasestore.PodRef{Namespace: "apps", Name: "brain-0", UID: "uid-1"}
+	pod := lease.PodRef{Namespace: "apps", Name: "brain-0", UID: "uid-1"}
 	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", project: 1, global: 6, ttlSeconds: 120, waitMs: 10000}},
 		envOpts{httpOpts: []httpapi.Option{httpapi.WithPodIdentity(httpapi.StaticPodIdentity(pod))}})
 
@@ -268,9 +268,9 @@ func TestPodIdentity(t *testing.T) {
 		wantStatus int
 		wantField  string
 	}{
-		"unknown caller": {func(*http.Request) (leasestore.PodRef, error) { return leasestore.PodRef{}, unknown }, http.StatusBadRequest, "pod"},
-		"not synced": {func(*http.Request) (leasestore.PodRef, error) {
-			return leasestore.PodRef{}, fmt.Errorf("pod informer: %w", admission.ErrUnavailable)
+		"unknown caller": {func(*http.Request) (lease.PodRef, error) { return lease.PodRef{}, unknown }, http.StatusBadRequest, "pod"},
+		"not synced": {func(*http.Request) (lease.PodRef, error) {
+			return lease.PodRef{}, fmt.Errorf("pod informer: %w", lease.ErrUnavailable)
 		}, http.StatusServiceUnavailable, ""},
 	}
 	for name, tc := range cases {
@@ -289,7 +289,7 @@ func TestPodIdentity(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{})
 		tok := e.acquire(t, texBody)
 		h, err := e.store.GetHolder(context.Background(), tok)
-		if err != nil || h.Pod != (leasestore.PodRef{}) {
+		if err != nil || h.Pod != (lease.PodRef{}) {
 			t.Errorf("holder pod = %+v, %v; want none", h.Pod, err)
 		}
 	})
@@ -358,7 +358,7 @@ func TestAgentIdentityFromEnv(t *testing.T) {
 	t.Setenv(httpapi.EnvPodName, "worker-1")
 	t.Setenv(httpapi.EnvPodUID, "0b1c")
 	pod, err := httpapi.AgentIdentityFromEnv()
-	if err != nil || pod != (leasestore.PodRef{Namespace: "apps", Name: "worker-1", UID: "0b1c"}) {
+	if err != nil || pod != (lease.PodRef{Namespace: "apps", Name: "worker-1", UID: "0b1c"}) {
 		t.Errorf("identity = %+v, %v", pod, err)
 	}
 	t.Setenv(httpapi.EnvPodUID, "")

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // Downward-API environment variables of the agent (sidecar).
@@ -19,12 +19,12 @@ const (
 // AgentIdentityFromEnv reads the agent's own pod from the downward API environment
 // (POD_NAMESPACE, POD_NAME, POD_UID); all three are required, since a holder's pod is
 // namespace, name and UID.
-func AgentIdentityFromEnv() (leasestore.PodRef, error) {
+func AgentIdentityFromEnv() (lease.PodRef, error) {
 	return identityFrom(os.Getenv)
 }
 
-func identityFrom(getenv func(string) string) (leasestore.PodRef, error) {
-	pod := leasestore.PodRef{Namespace: getenv(EnvPodNamespace), Name: getenv(EnvPodName), UID: getenv(EnvPodUID)}
+func identityFrom(getenv func(string) string) (lease.PodRef, error) {
+	pod := lease.PodRef{Namespace: getenv(EnvPodNamespace), Name: getenv(EnvPodName), UID: getenv(EnvPodUID)}
 	var missing []error
 	for _, v := range []struct{ name, value string }{
 		{EnvPodNamespace, pod.Namespace}, {EnvPodName, pod.Name}, {EnvPodUID, pod.UID},
@@ -34,12 +34,12 @@ func identityFrom(getenv func(string) string) (leasestore.PodRef, error) {
 		}
 	}
 	if err := errors.Join(missing...); err != nil {
-		return leasestore.PodRef{}, fmt.Errorf("reading the pod identity from the downward API: %w", err)
+		return lease.PodRef{}, fmt.Errorf("reading the pod identity from the downward API: %w", err)
 	}
 	return pod, nil
 }
 
 // StaticPodIdentity identifies every caller as pod: the agent serves only its own pod.
-func StaticPodIdentity(pod leasestore.PodRef) PodIdentity {
-	return func(*http.Request) (leasestore.PodRef, error) { return pod, nil }
+func StaticPodIdentity(pod lease.PodRef) PodIdentity {
+	return func(*http.Request) (lease.PodRef, error) { return pod, nil }
 }

@@ -14,10 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -87,7 +87,7 @@ func (c *commands) get() int {
 type env struct {
 	store   *leasestore.Store
 	cmds    *commands
-	svc     *admission.Service
+	svc     *leasing.Service
 	metrics *metrics.Metrics
 	srv     *httptest.Server
 }
@@ -123,8 +123,8 @@ func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
 		_ = s.Close(ctx)
 	})
 	e.metrics = metrics.New(prometheus.NewRegistry())
-	e.svc = admission.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
-		admission.NewStaticTypes("tex", "mcp"), nil, nil, e.metrics)
+	e.svc = leasing.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
+		leasing.NewStaticTypes("tex", "mcp"), nil, nil, e.metrics)
 	e.srv = httptest.NewServer(httpapi.NewHandler(e.svc, o.httpOpts...))
 	t.Cleanup(e.srv.Close)
 	return e

@@ -9,9 +9,10 @@ import (
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/jsonbody"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 )
 
 // Error codes of the JSON error body.
@@ -36,16 +37,16 @@ type acquireBody struct {
 	WaitMs    *int64                 `json:"waitMs,omitempty"`
 }
 
-func (b acquireBody) request() (admission.Request, error) {
-	req := admission.Request{
+func (b acquireBody) request() (leasing.Request, error) {
+	req := leasing.Request{
 		Type: b.Type, Lease: b.Lease, Inline: b.Inline,
 		Tenant: b.Tenant, Project: b.Project, User: b.User,
 		HolderRef: b.HolderRef, PodBound: b.PodBound, Payload: b.Payload,
 	}
 	if b.WaitMs != nil {
-		if *b.WaitMs < 0 || *b.WaitMs > admission.MaxWait.Milliseconds() {
-			return req, &admission.InvalidError{Field: "waitMs",
-				Detail: fmt.Sprintf("must be between 0 and %d", admission.MaxWait.Milliseconds())}
+		if *b.WaitMs < 0 || *b.WaitMs > leasing.MaxWait.Milliseconds() {
+			return req, &lease.InvalidError{Field: "waitMs",
+				Detail: fmt.Sprintf("must be between 0 and %d", leasing.MaxWait.Milliseconds())}
 		}
 		d := time.Duration(*b.WaitMs) * time.Millisecond
 		req.Wait = &d
@@ -80,7 +81,7 @@ type noopBody struct {
 	NoOp bool `json:"noop"`
 }
 
-func leaseResponse(l admission.Lease) any {
+func leaseResponse(l leasing.Lease) any {
 	if l.NoOp {
 		return noopBody{NoOp: true}
 	}
@@ -115,7 +116,7 @@ type errorBody struct {
 // decode reads a JSON body strictly (see jsonbody.Decode).
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	if fe := jsonbody.Decode(w, r, h.maxBody, dst, true); fe != nil {
-		return &admission.InvalidError{Field: fe.Field, Detail: fe.Detail}
+		return &lease.InvalidError{Field: fe.Field, Detail: fe.Detail}
 	}
 	return nil
 }
@@ -123,8 +124,8 @@ func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any) error 
 // writeError answers err with its status and JSON error body.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var (
-		inv  *admission.InvalidError
-		busy *admission.BusyError
+		inv  *lease.InvalidError
+		busy *lease.BusyError
 	)
 	switch {
 	case errors.As(err, &inv):
@@ -134,7 +135,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeJSON(w, http.StatusConflict, errorBody{Error: CodeBusy, Message: err.Error(),
 			Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
 			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited})
-	case errors.Is(err, admission.ErrLost):
+	case errors.Is(err, lease.ErrLost):
 		writeJSON(w, http.StatusGone, errorBody{Error: CodeLost, Message: err.Error()})
 	default:
 		// Unavailable, and anything unexpected: fail closed.

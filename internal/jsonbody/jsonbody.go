@@ -11,20 +11,14 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 )
-
-// FieldError names what is wrong with a body: the JSON field, or "body" for the whole.
-type FieldError struct {
-	Field  string
-	Detail string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
 
 // Decode reads the body of r into dst: at most maxBody bytes, exactly one JSON object, no
 // unknown fields. With required false an empty body is accepted (dst is left as it is).
 // It returns nil or the field at fault.
-func Decode(w http.ResponseWriter, r *http.Request, maxBody int64, dst any, required bool) *FieldError {
+func Decode(w http.ResponseWriter, r *http.Request, maxBody int64, dst any, required bool) *lease.InvalidError {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -38,12 +32,12 @@ func Decode(w http.ResponseWriter, r *http.Request, maxBody int64, dst any, requ
 		if errors.As(err, &mbe) {
 			return fieldError(err, maxBody)
 		}
-		return &FieldError{Field: "body", Detail: "must hold exactly one JSON object"}
+		return &lease.InvalidError{Field: "body", Detail: "must hold exactly one JSON object"}
 	}
 	return nil
 }
 
-func fieldError(err error, maxBody int64) *FieldError {
+func fieldError(err error, maxBody int64) *lease.InvalidError {
 	var (
 		mbe *http.MaxBytesError
 		se  *json.SyntaxError
@@ -51,28 +45,28 @@ func fieldError(err error, maxBody int64) *FieldError {
 	)
 	switch {
 	case errors.As(err, &mbe):
-		return &FieldError{Field: "body", Detail: fmt.Sprintf("exceeds %d bytes", maxBody)}
+		return &lease.InvalidError{Field: "body", Detail: fmt.Sprintf("exceeds %d bytes", maxBody)}
 	case errors.Is(err, io.EOF):
-		return &FieldError{Field: "body", Detail: "is empty; want a JSON object"}
+		return &lease.InvalidError{Field: "body", Detail: "is empty; want a JSON object"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &FieldError{Field: "body", Detail: "is truncated JSON"}
+		return &lease.InvalidError{Field: "body", Detail: "is truncated JSON"}
 	case errors.As(err, &se):
-		return &FieldError{Field: "body", Detail: fmt.Sprintf("is malformed JSON at offset %d: %v", se.Offset, se)}
+		return &lease.InvalidError{Field: "body", Detail: fmt.Sprintf("is malformed JSON at offset %d: %v", se.Offset, se)}
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {
 			field = "body"
 		}
-		return &FieldError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", kind(te), te.Value)}
+		return &lease.InvalidError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", kind(te), te.Value)}
 	}
 	// encoding/json has no typed error for an unknown field.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		if unq, uerr := strconv.Unquote(name); uerr == nil {
 			name = unq
 		}
-		return &FieldError{Field: name, Detail: "is not a known field"}
+		return &lease.InvalidError{Field: name, Detail: "is not a known field"}
 	}
-	return &FieldError{Field: "body", Detail: err.Error()}
+	return &lease.InvalidError{Field: "body", Detail: err.Error()}
 }
 
 func kind(te *json.UnmarshalTypeError) string {

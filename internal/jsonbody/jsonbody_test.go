@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vancetope/lease-operator/internal/jsonbody"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 func TestDecode(t *testing.T) {
@@ -18,18 +19,18 @@ func TestDecode(t *testing.T) {
 	cases := map[string]struct {
 		in       string
 		required bool
-		want     *jsonbody.FieldError // nil: decoded
-		detail   string               // substring of the detail
+		want     *lease.InvalidError // nil: decoded
+		detail   string              // substring of the detail
 	}{
 		"valid":                  {in: `{"name":"a","count":1}`, required: true},
 		"empty, optional":        {in: ``},
-		"empty, required":        {in: ``, required: true, want: &jsonbody.FieldError{Field: "body"}, detail: "empty"},
-		"unknown field":          {in: `{"name":"a","colour":"red"}`, required: true, want: &jsonbody.FieldError{Field: "colour"}, detail: "not a known field"},
-		"wrong type":             {in: `{"count":"many"}`, required: true, want: &jsonbody.FieldError{Field: "count"}, detail: "number"},
-		"malformed":              {in: `{"name":`, required: true, want: &jsonbody.FieldError{Field: "body"}, detail: "truncated"},
-		"two objects":            {in: `{} {}`, required: true, want: &jsonbody.FieldError{Field: "body"}, detail: "exactly one"},
-		"over the size limit":    {in: `{"name":"` + strings.Repeat("x", 100) + `"}`, required: true, want: &jsonbody.FieldError{Field: "body"}, detail: "exceeds 64 bytes"},
-		"not an object (string)": {in: `"hello"`, required: true, want: &jsonbody.FieldError{Field: "body"}, detail: "object"},
+		"empty, required":        {in: ``, required: true, want: &lease.InvalidError{Field: "body"}, detail: "empty"},
+		"unknown field":          {in: `{"name":"a","colour":"red"}`, required: true, want: &lease.InvalidError{Field: "colour"}, detail: "not a known field"},
+		"wrong type":             {in: `{"count":"many"}`, required: true, want: &lease.InvalidError{Field: "count"}, detail: "number"},
+		"malformed":              {in: `{"name":`, required: true, want: &lease.InvalidError{Field: "body"}, detail: "truncated"},
+		"two objects":            {in: `{} {}`, required: true, want: &lease.InvalidError{Field: "body"}, detail: "exactly one"},
+		"over the size limit":    {in: `{"name":"` + strings.Repeat("x", 100) + `"}`, required: true, want: &lease.InvalidError{Field: "body"}, detail: "exceeds 64 bytes"},
+		"not an object (string)": {in: `"hello"`, required: true, want: &lease.InvalidError{Field: "body"}, detail: "object"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -6,39 +6,37 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// ErrInvalid reports a request the store refuses before writing anything.
-var ErrInvalid = errors.New("invalid lease request")
-
 // funnelLevel is one capped level with its counter key.
 type funnelLevel struct {
-	LevelCap
+	lease.LevelCap
 	key   string
 	scope string
 }
 
 // funnel orders the capped levels narrow to wide and names their counters.
-func funnel(resource string, caps []LevelCap, tenant, project, user string) ([]funnelLevel, error) {
-	rank := map[Level]int{LevelUser: 0, LevelProject: 1, LevelTenant: 2, LevelGlobal: 3}
-	seen := map[Level]bool{}
+func funnel(resource string, caps []lease.LevelCap, tenant, project, user string) ([]funnelLevel, error) {
+	rank := map[lease.Level]int{lease.LevelUser: 0, lease.LevelProject: 1, lease.LevelTenant: 2, lease.LevelGlobal: 3}
+	seen := map[lease.Level]bool{}
 	out := make([]funnelLevel, 0, len(caps))
 	for _, c := range caps {
 		if _, ok := rank[c.Level]; !ok {
-			return nil, fmt.Errorf("%w: unknown level %q", ErrInvalid, c.Level)
+			return nil, fmt.Errorf("%w: unknown level %q", lease.ErrInvalid, c.Level)
 		}
 		if c.Cap < 1 {
-			return nil, fmt.Errorf("%w: cap of level %s is %d, must be at least 1", ErrInvalid, c.Level, c.Cap)
+			return nil, fmt.Errorf("%w: cap of level %s is %d, must be at least 1", lease.ErrInvalid, c.Level, c.Cap)
 		}
 		if seen[c.Level] {
-			return nil, fmt.Errorf("%w: level %s given twice", ErrInvalid, c.Level)
+			return nil, fmt.Errorf("%w: level %s given twice", lease.ErrInvalid, c.Level)
 		}
 		seen[c.Level] = true
-		scope := ScopeOf(c.Level, tenant, project, user)
-		out = append(out, funnelLevel{LevelCap: c, key: CounterKey(resource, c.Level, scope), scope: scope})
+		scope := lease.ScopeOf(c.Level, tenant, project, user)
+		out = append(out, funnelLevel{LevelCap: c, key: lease.CounterKey(resource, c.Level, scope), scope: scope})
 	}
 	sort.Slice(out, func(i, j int) bool { return rank[out[i].Level] < rank[out[j].Level] })
 	return out, nil
@@ -47,20 +45,20 @@ func funnel(resource string, caps []LevelCap, tenant, project, user string) ([]f
 func validateAcquire(req AcquireRequest) error {
 	switch {
 	case req.Resource == "":
-		return fmt.Errorf("%w: resource is empty", ErrInvalid)
+		return fmt.Errorf("%w: resource is empty", lease.ErrInvalid)
 	case len(req.Caps) == 0:
-		return fmt.Errorf("%w: no capped level (a NOOP lease needs no store)", ErrInvalid)
+		return fmt.Errorf("%w: no capped level (a NOOP lease needs no store)", lease.ErrInvalid)
 	case req.TTL <= 0:
-		return fmt.Errorf("%w: ttl must be positive", ErrInvalid)
+		return fmt.Errorf("%w: ttl must be positive", lease.ErrInvalid)
 	case req.Tenant == "":
-		return fmt.Errorf("%w: tenant is empty", ErrInvalid)
+		return fmt.Errorf("%w: tenant is empty", lease.ErrInvalid)
 	}
 	for _, c := range req.Caps {
-		if c.Level == LevelUser && req.User == "" {
-			return fmt.Errorf("%w: the user level is capped but user is empty", ErrInvalid)
+		if c.Level == lease.LevelUser && req.User == "" {
+			return fmt.Errorf("%w: the user level is capped but user is empty", lease.ErrInvalid)
 		}
-		if c.Level == LevelProject && req.Project == "" {
-			return fmt.Errorf("%w: the project level is capped but project is empty", ErrInvalid)
+		if c.Level == lease.LevelProject && req.Project == "" {
+			return fmt.Errorf("%w: the project level is capped but project is empty", lease.ErrInvalid)
 		}
 	}
 	return nil
@@ -70,28 +68,28 @@ func validateAcquire(req AcquireRequest) error {
 // wide (specification §4): the holder is written first (PENDING); per level the counter is
 // incremented by a conditional update and then the key is pushed to the holder; the last
 // push also marks the holder HELD. A full level or a store error rolls the attempt back.
-// Acquire does not wait: a full level returns a *BusyError at once. Once started, an attempt
+// Acquire does not wait: a full level returns a *lease.BusyError at once. Once started, an attempt
 // is not cut short by the caller's cancellation or deadline, only by the store's operation
 // timeout: a write cut mid-flight may still apply, and an increment nobody knows of would
 // block its slot until reconcile.
-func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Holder, error) {
+func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
-		return Holder{}, err
+		return lease.Holder{}, err
 	}
 	levels, err := funnel(req.Resource, req.Caps, req.Tenant, req.Project, req.User)
 	if err != nil {
-		return Holder{}, err
+		return lease.Holder{}, err
 	}
 	token, err := newToken()
 	if err != nil {
-		return Holder{}, err
+		return lease.Holder{}, err
 	}
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 
 	doc := holderDoc{
 		ID:         token,
-		State:      string(StatePending),
+		State:      string(lease.StatePending),
 		LeaseName:  req.LeaseName,
 		Resource:   req.Resource,
 		Type:       req.Type,
@@ -109,47 +107,47 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Holder, error)
 		doc.Payload = map[string]string{}
 	}
 	if err := s.createHolder(ctx, doc); err != nil {
-		return Holder{}, err
+		return lease.Holder{}, err
 	}
 	if err := s.fault(StepHolderCreated, token); err != nil {
-		return Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
+		return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
 	}
 
 	for i, l := range levels {
 		ok, count, err := s.increment(ctx, l, req.Resource, req.Tenant)
 		if err != nil {
-			return Holder{}, s.abandon(ctx, token, nil, false, err)
+			return lease.Holder{}, s.abandon(ctx, token, nil, false, err)
 		}
 		if !ok {
-			busy := &BusyError{Resource: req.Resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
-			return Holder{}, s.abandon(ctx, token, nil, false, busy)
+			busy := &lease.BusyError{Resource: req.Resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
+			return lease.Holder{}, s.abandon(ctx, token, nil, false, busy)
 		}
 		if err := s.fault(StepCounterIncremented, l.key); err != nil {
-			return Holder{}, s.abandon(ctx, token, []string{l.key}, false, unavailable("acquiring "+req.Resource, err))
+			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, false, unavailable("acquiring "+req.Resource, err))
 		}
 		last := i == len(levels)-1
 		update := bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}}
 		if last {
-			update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "state", Value: string(StateHeld)}}})
+			update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StateHeld)}}})
 		}
 		res, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: token}}, update)
 		if err != nil {
 			// The push may or may not have been applied: the key is decremented only if
 			// this attempt still deletes the holder.
-			return Holder{}, s.abandon(ctx, token, []string{l.key}, true, unavailable("booking "+l.key, err))
+			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, true, unavailable("booking "+l.key, err))
 		}
 		if res.MatchedCount == 0 {
 			// A reaper deleted the holder (and decremented its pushed levels) between two
 			// steps; the key incremented just now is known to nobody else.
 			lost := unavailable("acquiring "+req.Resource, fmt.Errorf("holder %s was reaped while booking", token))
-			return Holder{}, errors.Join(lost, s.decrement(ctx, []string{l.key}))
+			return lease.Holder{}, errors.Join(lost, s.decrement(ctx, []string{l.key}))
 		}
 		doc.Levels = append(doc.Levels, l.key)
 		if err := s.fault(StepLevelPushed, l.key); err != nil {
-			return Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
+			return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
 		}
 	}
-	doc.State = string(StateHeld)
+	doc.State = string(lease.StateHeld)
 	return doc.holder(), nil
 }
 
@@ -234,7 +232,7 @@ func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant s
 // createCounter creates a missing counter with count 0 by a pure _id upsert.
 func (s *Store) createCounter(ctx context.Context, l funnelLevel, resource, tenant string) error {
 	counterTenant := tenant
-	if l.Level == LevelGlobal {
+	if l.Level == lease.LevelGlobal {
 		counterTenant = ""
 	}
 	create := bson.D{
@@ -337,7 +335,7 @@ func union(a, b []string) []string {
 // Probe reads the funnel's counters in one round trip and returns the first level, narrow
 // to wide, that is visibly full, or nil. It writes nothing: waiting acquirers poll with it
 // and go down the write path only when every level shows room.
-func (s *Store) Probe(ctx context.Context, resource string, caps []LevelCap, tenant, project, user string) (*BusyError, error) {
+func (s *Store) Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error) {
 	levels, err := funnel(resource, caps, tenant, project, user)
 	if err != nil {
 		return nil, err
@@ -362,7 +360,7 @@ func (s *Store) Probe(ctx context.Context, resource string, caps []LevelCap, ten
 	}
 	for _, l := range levels {
 		if n := counts[l.key]; n >= l.Cap {
-			return &BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: n, Cap: l.Cap}, nil
+			return &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: n, Cap: l.Cap}, nil
 		}
 	}
 	return nil, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
@@ -23,10 +24,10 @@ func TestAcquireBooksEveryLevelNarrowToWide(t *testing.T) {
 	h := mustAcquire(t, s, request("tex2pdf", "acme", "p1", "ann", allCaps(1, 1, 3, 6)))
 
 	want := []string{
-		key("tex2pdf", leasestore.LevelUser, "acme", "p1", "ann"),
-		key("tex2pdf", leasestore.LevelProject, "acme", "p1", "ann"),
-		key("tex2pdf", leasestore.LevelTenant, "acme", "p1", "ann"),
-		key("tex2pdf", leasestore.LevelGlobal, "acme", "p1", "ann"),
+		key("tex2pdf", lease.LevelUser, "acme", "p1", "ann"),
+		key("tex2pdf", lease.LevelProject, "acme", "p1", "ann"),
+		key("tex2pdf", lease.LevelTenant, "acme", "p1", "ann"),
+		key("tex2pdf", lease.LevelGlobal, "acme", "p1", "ann"),
 	}
 	if diff := cmp.Diff(want, h.Levels); diff != "" {
 		t.Errorf("levels (-want +got):\n%s", diff)
@@ -38,13 +39,13 @@ func TestAcquireBooksEveryLevelNarrowToWide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.State != leasestore.StateHeld {
+	if stored.State != lease.StateHeld {
 		t.Errorf("state = %s, want HELD", stored.State)
 	}
 	if diff := cmp.Diff(want, stored.Levels); diff != "" {
 		t.Errorf("stored levels (-want +got):\n%s", diff)
 	}
-	if stored.Pod != (leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}) || stored.Type != "tex" ||
+	if stored.Pod != (lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}) || stored.Type != "tex" ||
 		stored.HolderRef != "job-1" || stored.TTL != time.Hour || stored.Tenant != "acme" {
 		t.Errorf("holder fields not stored: %+v", stored)
 	}
@@ -62,30 +63,30 @@ func TestAcquireBooksEveryLevelNarrowToWide(t *testing.T) {
 
 func TestAcquireBusyNamesTheFullLevelAndRollsBack(t *testing.T) {
 	cases := map[string]struct {
-		caps  []leasestore.LevelCap
+		caps  []lease.LevelCap
 		first leasestore.AcquireRequest
-		level leasestore.Level
+		level lease.Level
 		scope string
 	}{
 		"user, across projects": {
 			caps:  allCaps(1, 5, 5, 5),
 			first: request("r", "acme", "other-project", "ann", nil),
-			level: leasestore.LevelUser, scope: "acme/ann",
+			level: lease.LevelUser, scope: "acme/ann",
 		},
 		"project": {
 			caps:  allCaps(5, 1, 5, 5),
 			first: request("r", "acme", "p1", "bob", nil),
-			level: leasestore.LevelProject, scope: "acme/p1",
+			level: lease.LevelProject, scope: "acme/p1",
 		},
 		"tenant": {
 			caps:  allCaps(5, 5, 1, 5),
 			first: request("r", "acme", "p2", "bob", nil),
-			level: leasestore.LevelTenant, scope: "acme",
+			level: lease.LevelTenant, scope: "acme",
 		},
 		"global": {
 			caps:  allCaps(5, 5, 5, 1),
 			first: request("r", "globex", "p9", "zed", nil),
-			level: leasestore.LevelGlobal, scope: "*",
+			level: lease.LevelGlobal, scope: "*",
 		},
 	}
 	for name, tc := range cases {
@@ -97,11 +98,11 @@ func TestAcquireBusyNamesTheFullLevelAndRollsBack(t *testing.T) {
 			before := counts(t, s)
 
 			_, err := s.Acquire(context.Background(), request("r", "acme", "p1", "ann", tc.caps))
-			var busy *leasestore.BusyError
-			if !errors.As(err, &busy) || !errors.Is(err, leasestore.ErrBusy) {
+			var busy *lease.BusyError
+			if !errors.As(err, &busy) || !errors.Is(err, lease.ErrBusy) {
 				t.Fatalf("err = %v, want a BusyError", err)
 			}
-			want := leasestore.BusyError{Resource: "r", Level: tc.level, Scope: tc.scope, Count: 1, Cap: 1}
+			want := lease.BusyError{Resource: "r", Level: tc.level, Scope: tc.scope, Count: 1, Cap: 1}
 			if diff := cmp.Diff(want, *busy); diff != "" {
 				t.Errorf("busy (-want +got):\n%s", diff)
 			}
@@ -125,9 +126,9 @@ func TestAcquireBusyNamesTheFullLevelAndRollsBack(t *testing.T) {
 
 func TestCapOneIsExclusiveUntilRelease(t *testing.T) {
 	s := newStore(t)
-	caps := []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: 1}}
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}}
 	h := mustAcquire(t, s, request("ws", "acme", "p", "u", caps))
-	if _, err := s.Acquire(context.Background(), request("ws", "globex", "q", "v", caps)); !errors.Is(err, leasestore.ErrBusy) {
+	if _, err := s.Acquire(context.Background(), request("ws", "globex", "q", "v", caps)); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("second acquire: %v, want busy", err)
 	}
 	ok, err := s.Release(context.Background(), h.Token)
@@ -142,7 +143,7 @@ func TestCapOneIsExclusiveUntilRelease(t *testing.T) {
 func TestConcurrentFirstUseIsNeverFalselyBusy(t *testing.T) {
 	s := newStore(t)
 	const n = 32
-	caps := []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: n}, {Level: leasestore.LevelTenant, Cap: n}}
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: n}, {Level: lease.LevelTenant, Cap: n}}
 	var wg sync.WaitGroup
 	var failures atomic.Int32
 	for i := range n {
@@ -196,13 +197,13 @@ func TestTouchAndPayload(t *testing.T) {
 	if _, err := s.Release(ctx, h.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Touch(ctx, h.Token); !errors.Is(err, leasestore.ErrLost) {
+	if err := s.Touch(ctx, h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("touch after release: %v, want lost", err)
 	}
-	if err := s.UpdatePayload(ctx, h.Token, payload); !errors.Is(err, leasestore.ErrLost) {
+	if err := s.UpdatePayload(ctx, h.Token, payload); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("payload after release: %v, want lost", err)
 	}
-	if _, err := s.GetHolder(ctx, h.Token); !errors.Is(err, leasestore.ErrLost) {
+	if _, err := s.GetHolder(ctx, h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("get after release: %v, want lost", err)
 	}
 }
@@ -234,7 +235,7 @@ func TestOnlyTheDeleterDecrements(t *testing.T) {
 	var tokens []string
 	for i := range holders {
 		req := request("race", "acme", "p", "u", caps)
-		req.Pod = leasestore.PodRef{Namespace: "ns", Name: "doomed", UID: "uid-doomed"}
+		req.Pod = lease.PodRef{Namespace: "ns", Name: "doomed", UID: "uid-doomed"}
 		req.HolderRef = uniq("h", i)
 		tokens = append(tokens, mustAcquire(t, s, req).Token)
 	}
@@ -272,7 +273,7 @@ func TestOnlyTheDeleterDecrements(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		hs, err := s.ReapPod(ctx, leasestore.PodRef{Namespace: "ns", Name: "doomed", UID: "uid-doomed"})
+		hs, err := s.ReapPod(ctx, lease.PodRef{Namespace: "ns", Name: "doomed", UID: "uid-doomed"})
 		if err != nil {
 			t.Error(err)
 		}
@@ -293,16 +294,16 @@ func TestValidationWritesNothing(t *testing.T) {
 	s := newStore(t)
 	cases := map[string]leasestore.AcquireRequest{
 		"no caps":       request("r", "acme", "p", "u", nil),
-		"cap zero":      request("r", "acme", "p", "u", []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: 0}}),
-		"unknown level": request("r", "acme", "p", "u", []leasestore.LevelCap{{Level: "galaxy", Cap: 1}}),
-		"level twice":   request("r", "acme", "p", "u", []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: 1}, {Level: leasestore.LevelGlobal, Cap: 2}}),
+		"cap zero":      request("r", "acme", "p", "u", []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 0}}),
+		"unknown level": request("r", "acme", "p", "u", []lease.LevelCap{{Level: "galaxy", Cap: 1}}),
+		"level twice":   request("r", "acme", "p", "u", []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}, {Level: lease.LevelGlobal, Cap: 2}}),
 		"no user":       request("r", "acme", "p", "", allCaps(1, 1, 1, 1)),
 		"no tenant":     request("r", "", "p", "u", allCaps(1, 1, 1, 1)),
 		"no resource":   request("", "acme", "p", "u", allCaps(1, 1, 1, 1)),
 	}
 	for name, req := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := s.Acquire(context.Background(), req); !errors.Is(err, leasestore.ErrInvalid) {
+			if _, err := s.Acquire(context.Background(), req); !errors.Is(err, lease.ErrInvalid) {
 				t.Errorf("err = %v, want ErrInvalid", err)
 			}
 		})
@@ -329,7 +330,7 @@ func TestProbeReadsWithoutWriting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &leasestore.BusyError{Resource: "r", Level: leasestore.LevelUser, Scope: "acme/u", Count: 1, Cap: 1}
+	want := &lease.BusyError{Resource: "r", Level: lease.LevelUser, Scope: "acme/u", Count: 1, Cap: 1}
 	if diff := cmp.Diff(want, busy); diff != "" {
 		t.Errorf("probe (-want +got):\n%s", diff)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -89,7 +90,7 @@ func BenchmarkContended(b *testing.B) {
 	for _, tc := range []struct{ clients, capacity int }{{8, 1}, {8, 4}, {32, 4}} {
 		b.Run(fmt.Sprintf("clients=%d/cap=%d", tc.clients, tc.capacity), func(b *testing.B) {
 			db := mongotest.DatabaseName(b)
-			caps := []leasestore.LevelCap{{Level: leasestore.LevelGlobal, Cap: tc.capacity}, {Level: leasestore.LevelTenant, Cap: tc.capacity}}
+			caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: tc.capacity}, {Level: lease.LevelTenant, Cap: tc.capacity}}
 			var okRT, busyRT, okN, busyN atomic.Int64
 			stores := make([]*leasestore.Store, tc.clients)
 			counters := make([]*roundTrips, tc.clients)
@@ -112,7 +113,7 @@ func BenchmarkContended(b *testing.B) {
 						n0 := rt.n.Load()
 						h, err := s.Acquire(context.Background(), req)
 						switch {
-						case errors.Is(err, leasestore.ErrBusy):
+						case errors.Is(err, lease.ErrBusy):
 							busyRT.Add(rt.n.Load() - n0)
 							busyN.Add(1)
 							continue

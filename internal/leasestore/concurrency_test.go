@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -79,7 +80,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 	// Two resources; caps 1-3 at every level; tenants, projects and users drawn from small sets.
 	type res struct {
 		name string
-		caps []leasestore.LevelCap
+		caps []lease.LevelCap
 	}
 	resources := []res{
 		{"pdf", allCaps(1, 2, 2, 3)},
@@ -112,21 +113,21 @@ func TestConcurrencyInvariant(t *testing.T) {
 				r := resources[rng.IntN(len(resources))]
 				tenant, project, user := tenants[rng.IntN(2)], projects[rng.IntN(2)], users[rng.IntN(3)]
 				req := request(r.name, tenant, project, user, r.caps)
-				req.Pod = leasestore.PodRef{Namespace: "ns", Name: uniq("pod-", w%clients), UID: uniq("uid-", w%clients)}
+				req.Pod = lease.PodRef{Namespace: "ns", Name: uniq("pod-", w%clients), UID: uniq("uid-", w%clients)}
 				mode := rng.IntN(10)
 				switch mode {
 				case 0: // will be abandoned: short TTL, never touched; an idle reap takes it
 					req.TTL = time.Second
 				case 1: // its pod is about to die; a pod reap takes it
-					req.Pod = leasestore.PodRef{Namespace: "ns", Name: "dying", UID: uniq("dead-", w)}
+					req.Pod = lease.PodRef{Namespace: "ns", Name: "dying", UID: uniq("dead-", w)}
 				}
 				h, err := s.Acquire(context.Background(), req)
 				ops.Add(1)
 				switch {
-				case errors.Is(err, leasestore.ErrBusy):
+				case errors.Is(err, lease.ErrBusy):
 					busy.Add(1)
 					continue
-				case mode <= 1 && errors.Is(err, leasestore.ErrUnavailable) && strings.Contains(err.Error(), "reaped while booking"):
+				case mode <= 1 && errors.Is(err, lease.ErrUnavailable) && strings.Contains(err.Error(), "reaped while booking"):
 					continue // its short TTL ran out, or its pod was reaped, before the funnel finished
 				case err != nil:
 					t.Errorf("acquire: %v", err)
@@ -217,7 +218,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 	// reconcile involved) and nothing is held.
 	// The abandoned holders expire one TTL (1 s) after their acquire; reap until none is left.
 	rest := context.Background()
-	var hs []leasestore.Holder
+	var hs []lease.Holder
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if _, err := stores[1].ReapIdle(rest, ""); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -109,7 +110,7 @@ func TestCrashBetweenDeleteAndDecrement(t *testing.T) {
 		t.Fatalf("release = %v, want the simulated crash", err)
 	}
 	// Every counter is still at 1 with nobody booking it: the cap-1 slot is blocked.
-	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", allCaps(1, 1, 1, 1))); !errors.Is(err, leasestore.ErrBusy) {
+	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", allCaps(1, 1, 1, 1))); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire before reconcile = %v, want busy", err)
 	}
 	reconcileRepairs(t, clean, margin)
@@ -126,7 +127,7 @@ func TestStoreErrorMidFunnelRollsBack(t *testing.T) {
 			boom := errors.New("injected store error")
 			faulty, clean := pair(t, time.Minute, crashAt(step, "r|tenant|", boom))
 			_, err := faulty.Acquire(context.Background(), request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
-			if !errors.Is(err, leasestore.ErrUnavailable) || !errors.Is(err, boom) {
+			if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, boom) {
 				t.Fatalf("acquire = %v, want unavailable caused by the injected error", err)
 			}
 			hs, err := clean.ListHolders(context.Background(), leasestore.HolderFilter{})
@@ -157,10 +158,10 @@ func TestCrashMidFunnelIsReapedAfterTTL(t *testing.T) {
 		t.Fatalf("acquire = %v, want the simulated crash", err)
 	}
 	hs, err := clean.ListHolders(context.Background(), leasestore.HolderFilter{})
-	if err != nil || len(hs) != 1 || hs[0].State != leasestore.StatePending || len(hs[0].Levels) != 2 {
+	if err != nil || len(hs) != 1 || hs[0].State != lease.StatePending || len(hs[0].Levels) != 2 {
 		t.Fatalf("holders after crash = %+v, %v; want one PENDING with 2 levels", hs, err)
 	}
-	if err := clean.Touch(context.Background(), hs[0].Token); !errors.Is(err, leasestore.ErrLost) {
+	if err := clean.Touch(context.Background(), hs[0].Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("touch of a pending holder = %v, want lost", err)
 	}
 	time.Sleep(req.TTL + 100*time.Millisecond)
@@ -303,13 +304,13 @@ func TestUnreachableStoreFailsClosed(t *testing.T) {
 	proxy.setCut(true)
 	ctx := context.Background()
 	_, err = s.Acquire(ctx, request("r2", "acme", "p", "u", allCaps(1, 1, 1, 1)))
-	if !errors.Is(err, leasestore.ErrUnavailable) || errors.Is(err, leasestore.ErrBusy) {
+	if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 		t.Errorf("acquire while unreachable = %v, want unavailable", err)
 	}
-	if err := s.Touch(ctx, h.Token); !errors.Is(err, leasestore.ErrUnavailable) {
+	if err := s.Touch(ctx, h.Token); !errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("touch while unreachable = %v, want unavailable", err)
 	}
-	if _, err := s.Release(ctx, h.Token); !errors.Is(err, leasestore.ErrUnavailable) {
+	if _, err := s.Release(ctx, h.Token); !errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("release while unreachable = %v, want unavailable", err)
 	}
 	// Nothing was booked for r2, and the held lease is untouched.
@@ -320,7 +321,7 @@ func TestUnreachableStoreFailsClosed(t *testing.T) {
 	// The connection drops in the middle of the funnel: unavailable, never success or busy.
 	proxy.setCut(false)
 	_, err = s.Acquire(ctx, request("mid", "acme", "p", "u", allCaps(1, 1, 1, 1)))
-	if !errors.Is(err, leasestore.ErrUnavailable) {
+	if !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("acquire cut mid-funnel = %v, want unavailable", err)
 	}
 	proxy.setCut(false)
@@ -331,7 +332,7 @@ func TestUnreachableStoreFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, hh := range hs {
-		if hh.State != leasestore.StatePending {
+		if hh.State != lease.StatePending {
 			t.Errorf("holder left by the cut is %s, want PENDING", hh.State)
 		}
 		if _, _, err := clean.Revoke(ctx, hh.Token, ""); err != nil {
@@ -389,7 +390,7 @@ func TestReconcileDuringReleaseDoesNotTakeTheSlotTwice(t *testing.T) {
 		}
 	}
 	mustAcquire(t, clean, request("r", "acme", "p", "u", caps))
-	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", caps)); !errors.Is(err, leasestore.ErrBusy) {
+	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", caps)); !errors.Is(err, lease.ErrBusy) {
 		t.Errorf("third holder on cap 2: %v, want busy", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -14,20 +15,20 @@ import (
 // maxPayloadEntries bounds a holder's payload.
 const maxPayloadEntries = 32
 
-// Touch is the check-at-use: it sets lastSeenAt to the server's now and reports ErrLost
+// Touch is the check-at-use: it sets lastSeenAt to the server's now and reports lease.ErrLost
 // when the holder is gone. A touch that matches but does not modify (two in the same
 // millisecond) still counts as held.
 func (s *Store) Touch(ctx context.Context, token string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	res, err := s.holders.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(StateHeld)}},
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateHeld)}},
 		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}})
 	if err != nil {
 		return unavailable("touching holder", err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("holder %s: %w", token, ErrLost)
+		return fmt.Errorf("holder %s: %w", token, lease.ErrLost)
 	}
 	return nil
 }
@@ -36,7 +37,7 @@ func (s *Store) Touch(ctx context.Context, token string) error {
 // acquire). It also counts as a touch.
 func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[string]string) error {
 	if len(payload) > maxPayloadEntries {
-		return fmt.Errorf("%w: payload has %d entries, at most %d", ErrInvalid, len(payload), maxPayloadEntries)
+		return fmt.Errorf("%w: payload has %d entries, at most %d", lease.ErrInvalid, len(payload), maxPayloadEntries)
 	}
 	if payload == nil {
 		payload = map[string]string{}
@@ -44,7 +45,7 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	res, err := s.holders.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(StateHeld)}},
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateHeld)}},
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "payload", Value: payload}}},
 			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
@@ -53,7 +54,7 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 		return unavailable("updating payload", err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("holder %s: %w", token, ErrLost)
+		return fmt.Errorf("holder %s: %w", token, lease.ErrLost)
 	}
 	return nil
 }
@@ -70,16 +71,16 @@ func (s *Store) Release(ctx context.Context, token string) (released bool, err e
 // levels. ok is false when nothing matched. It runs to its end whatever the caller's context
 // (bounded by the operation timeout): a delete cut mid-flight may still apply, and its slots
 // must come back.
-func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (Holder, bool, error) {
+func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (lease.Holder, bool, error) {
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	var doc holderDoc
 	err := s.holders.FindOneAndDelete(ctx, filter).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		return Holder{}, false, nil
+		return lease.Holder{}, false, nil
 	case err != nil:
-		return Holder{}, false, unavailable("deleting holder", err)
+		return lease.Holder{}, false, unavailable("deleting holder", err)
 	}
 	if err := s.fault(StepHolderDeleted, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("deleting holder "+doc.ID, err)
@@ -94,7 +95,7 @@ func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (Holder, bool, 
 // the server's now, decrementing their counters, and returns them so that a dispatcher can
 // run their handlers. Each delete is a compare-and-delete on the lastSeenAt it read, so a
 // touch in between makes it miss.
-func (s *Store) ReapIdle(ctx context.Context, resource string) ([]Holder, error) {
+func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
 	now, err := s.ServerTime(ctx)
 	if err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func (s *Store) ReapIdle(ctx context.Context, resource string) ([]Holder, error)
 	if err != nil {
 		return nil, err
 	}
-	var reaped []Holder
+	var reaped []lease.Holder
 	for _, c := range candidates {
 		ttl := time.Duration(c.TTLSeconds * float64(time.Second))
 		if !c.LastSeenAt.Add(ttl).Before(now) {
@@ -126,15 +127,15 @@ func (s *Store) ReapIdle(ctx context.Context, resource string) ([]Holder, error)
 }
 
 // HolderPods lists the distinct pods that hold leases.
-func (s *Store) HolderPods(ctx context.Context) ([]PodRef, error) {
+func (s *Store) HolderPods(ctx context.Context) ([]lease.PodRef, error) {
 	docs, err := s.findHolders(ctx, bson.D{}, bson.D{{Key: "pod", Value: 1}})
 	if err != nil {
 		return nil, err
 	}
-	seen := map[PodRef]bool{}
-	var pods []PodRef
+	seen := map[lease.PodRef]bool{}
+	var pods []lease.PodRef
 	for _, d := range docs {
-		p := PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
+		p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
 		if !seen[p] {
 			seen[p] = true
 			pods = append(pods, p)
@@ -145,7 +146,7 @@ func (s *Store) HolderPods(ctx context.Context) ([]PodRef, error) {
 
 // ReapPod deletes every holder of exactly that pod (namespace, name and UID) and returns
 // them; used when the pod is dead.
-func (s *Store) ReapPod(ctx context.Context, pod PodRef) ([]Holder, error) {
+func (s *Store) ReapPod(ctx context.Context, pod lease.PodRef) ([]lease.Holder, error) {
 	return s.deleteAll(ctx, bson.D{
 		{Key: "pod.namespace", Value: pod.Namespace},
 		{Key: "pod.name", Value: pod.Name},
@@ -155,13 +156,13 @@ func (s *Store) ReapPod(ctx context.Context, pod PodRef) ([]Holder, error) {
 
 // RevokePod deletes every holder of the pod namespace/name, whatever its UID (operator's
 // revoke-pod).
-func (s *Store) RevokePod(ctx context.Context, namespace, name string) ([]Holder, error) {
+func (s *Store) RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error) {
 	return s.deleteAll(ctx, bson.D{{Key: "pod.namespace", Value: namespace}, {Key: "pod.name", Value: name}})
 }
 
 // Revoke deletes one holder by token; with a tenant, only a holder of that tenant (the
 // tenant binding is in the delete filter). ok is false when nothing matched.
-func (s *Store) Revoke(ctx context.Context, token, tenant string) (Holder, bool, error) {
+func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error) {
 	filter := bson.D{{Key: "_id", Value: token}}
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
@@ -170,12 +171,12 @@ func (s *Store) Revoke(ctx context.Context, token, tenant string) (Holder, bool,
 }
 
 // deleteAll deletes, one by one, the holders matching filter, and returns those it deleted.
-func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]Holder, error) {
+func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, error) {
 	docs, err := s.findHolders(ctx, filter, bson.D{{Key: "_id", Value: 1}})
 	if err != nil {
 		return nil, err
 	}
-	var out []Holder
+	var out []lease.Holder
 	for _, d := range docs {
 		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: d.ID}})
 		if err != nil {
@@ -188,23 +189,23 @@ func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]Holder, error) 
 	return out, nil
 }
 
-// GetHolder reads one holder; ErrLost when it does not exist.
-func (s *Store) GetHolder(ctx context.Context, token string) (Holder, error) {
+// GetHolder reads one holder; lease.ErrLost when it does not exist.
+func (s *Store) GetHolder(ctx context.Context, token string) (lease.Holder, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var doc holderDoc
 	err := s.holders.FindOne(ctx, bson.D{{Key: "_id", Value: token}}).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		return Holder{}, fmt.Errorf("holder %s: %w", token, ErrLost)
+		return lease.Holder{}, fmt.Errorf("holder %s: %w", token, lease.ErrLost)
 	case err != nil:
-		return Holder{}, unavailable("reading holder", err)
+		return lease.Holder{}, unavailable("reading holder", err)
 	}
 	return doc.holder(), nil
 }
 
 // ListHolders reads the holders matching f, oldest first.
-func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]Holder, error) {
+func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder, error) {
 	filter := bson.D{}
 	if f.Tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
@@ -223,7 +224,7 @@ func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]Holder, erro
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Holder, len(docs))
+	out := make([]lease.Holder, len(docs))
 	for i, d := range docs {
 		out[i] = d.holder()
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
@@ -41,16 +42,16 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // allCaps returns caps for all four levels.
-func allCaps(user, project, tenant, global int) []leasestore.LevelCap {
-	return []leasestore.LevelCap{
-		{Level: leasestore.LevelGlobal, Cap: global},
-		{Level: leasestore.LevelTenant, Cap: tenant},
-		{Level: leasestore.LevelProject, Cap: project},
-		{Level: leasestore.LevelUser, Cap: user},
+func allCaps(user, project, tenant, global int) []lease.LevelCap {
+	return []lease.LevelCap{
+		{Level: lease.LevelGlobal, Cap: global},
+		{Level: lease.LevelTenant, Cap: tenant},
+		{Level: lease.LevelProject, Cap: project},
+		{Level: lease.LevelUser, Cap: user},
 	}
 }
 
-func request(resource, tenant, project, user string, caps []leasestore.LevelCap) leasestore.AcquireRequest {
+func request(resource, tenant, project, user string, caps []lease.LevelCap) leasestore.AcquireRequest {
 	return leasestore.AcquireRequest{
 		LeaseName: resource,
 		Resource:  resource,
@@ -60,7 +61,7 @@ func request(resource, tenant, project, user string, caps []leasestore.LevelCap)
 		User:      user,
 		Type:      "tex",
 		HolderRef: "job-1",
-		Pod:       leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"},
+		Pod:       lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"},
 		TTL:       time.Hour,
 	}
 }
@@ -89,11 +90,11 @@ func assertNoDrift(t testing.TB, s *leasestore.Store) {
 	}
 }
 
-func key(resource string, l leasestore.Level, tenant, project, user string) string {
-	return leasestore.CounterKey(resource, l, leasestore.ScopeOf(l, tenant, project, user))
+func key(resource string, l lease.Level, tenant, project, user string) string {
+	return lease.CounterKey(resource, l, lease.ScopeOf(l, tenant, project, user))
 }
 
-func mustAcquire(t testing.TB, s *leasestore.Store, req leasestore.AcquireRequest) leasestore.Holder {
+func mustAcquire(t testing.TB, s *leasestore.Store, req leasestore.AcquireRequest) lease.Holder {
 	t.Helper()
 	h, err := s.Acquire(context.Background(), req)
 	if err != nil {

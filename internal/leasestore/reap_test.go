@@ -9,10 +9,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
-func tokens(hs []leasestore.Holder) []string {
+func tokens(hs []lease.Holder) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = h.Token
@@ -80,7 +81,7 @@ func TestIdleReapAfterTTLAndNotBefore(t *testing.T) {
 	if diff := cmp.Diff([]string{otherIdle.Token}, tokens(reaped)); diff != "" {
 		t.Errorf("reaped over all resources (-want +got):\n%s", diff)
 	}
-	if err := s.Touch(ctx, idle.Token); !errors.Is(err, leasestore.ErrLost) {
+	if err := s.Touch(ctx, idle.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("touch of reaped holder: %v, want lost", err)
 	}
 	assertNoDrift(t, s)
@@ -91,14 +92,14 @@ func TestPodReapMatchesUID(t *testing.T) {
 	ctx := ctxT(t)
 	caps := allCaps(5, 5, 5, 5)
 	old := request("r", "acme", "p", "u", caps)
-	old.Pod = leasestore.PodRef{Namespace: "ns", Name: "web-0", UID: "uid-old"}
+	old.Pod = lease.PodRef{Namespace: "ns", Name: "web-0", UID: "uid-old"}
 	h1 := mustAcquire(t, s, old)
 	h2 := mustAcquire(t, s, old)
 	recreated := old
 	recreated.Pod.UID = "uid-new"
 	h3 := mustAcquire(t, s, recreated)
 	elsewhere := old
-	elsewhere.Pod = leasestore.PodRef{Namespace: "ns", Name: "web-1", UID: "uid-1"}
+	elsewhere.Pod = lease.PodRef{Namespace: "ns", Name: "web-1", UID: "uid-1"}
 	h4 := mustAcquire(t, s, elsewhere)
 
 	pods, err := s.HolderPods(ctx)
@@ -154,7 +155,7 @@ func TestOperationalReads(t *testing.T) {
 	a := mustAcquire(t, s, request("tex", "acme", "p", "u", allCaps(1, 1, 3, 6)))
 	b := request("browser", "globex", "q", "v", allCaps(1, 2, 2, 4))
 	b.Type = "mcp"
-	b.Pod = leasestore.PodRef{Namespace: "ns", Name: "b", UID: "ub"}
+	b.Pod = lease.PodRef{Namespace: "ns", Name: "b", UID: "ub"}
 	bh := mustAcquire(t, s, b)
 
 	cases := map[string]struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -110,7 +111,7 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 			continue
 		}
 		tenant := ""
-		if level != LevelGlobal {
+		if level != lease.LevelGlobal {
 			tenant, _, _ = strings.Cut(scope, "/")
 		}
 		_, err := s.counters.InsertOne(ctx, counterDoc{
@@ -163,7 +164,7 @@ func (s *Store) findCounters(ctx context.Context, filter bson.D) ([]counterDoc, 
 
 // ListCounters reads the counters matching f with, for each, the number of holders that book
 // it, so drift is visible instead of hidden.
-func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]Counter, error) {
+func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Counter, error) {
 	filter := bson.D{}
 	if f.Resource != "" {
 		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
@@ -182,10 +183,10 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]Counter, e
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Counter, len(docs))
+	out := make([]lease.Counter, len(docs))
 	for i, d := range docs {
-		out[i] = Counter{
-			Key: d.ID, Resource: d.Resource, Level: Level(d.Level), Scope: d.Scope,
+		out[i] = lease.Counter{
+			Key: d.ID, Resource: d.Resource, Level: lease.Level(d.Level), Scope: d.Scope,
 			Count: d.Count, UpdatedAt: d.UpdatedAt, Booked: booked[d.ID],
 		}
 	}
@@ -194,7 +195,7 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]Counter, e
 
 // splitKey parses <resource>|<level>|<scope>. The resource may itself contain '|' only if
 // a caller chose so; the level and scope are the last two fields.
-func splitKey(key string) (resource string, level Level, scope string, ok bool) {
+func splitKey(key string) (resource string, level lease.Level, scope string, ok bool) {
 	i := strings.LastIndex(key, "|")
 	if i < 0 {
 		return "", "", "", false
@@ -203,7 +204,7 @@ func splitKey(key string) (resource string, level Level, scope string, ok bool) 
 	if j < 0 {
 		return "", "", "", false
 	}
-	return key[:j], Level(key[j+1 : i]), key[i+1:], true
+	return key[:j], lease.Level(key[j+1 : i]), key[i+1:], true
 }
 
 func cutPod(pod string) (namespace, name string, ok bool) {
@@ -214,7 +215,7 @@ func cutPod(pod string) (namespace, name string, ok bool) {
 	return namespace, name, true
 }
 
-func sortHolders(hs []Holder) {
+func sortHolders(hs []lease.Holder) {
 	sort.SliceStable(hs, func(i, j int) bool {
 		if !hs[i].AcquiredAt.Equal(hs[j].AcquiredAt) {
 			return hs[i].AcquiredAt.Before(hs[j].AcquiredAt)

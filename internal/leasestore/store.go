@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -99,7 +100,7 @@ type Store struct {
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
-// server; the first call fails with ErrUnavailable when it cannot be reached.
+// server; the first call fails with lease.ErrUnavailable when it cannot be reached.
 func Connect(uri, database string, opts ...Option) (*Store, error) {
 	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1}
 	for _, o := range opts {
@@ -263,10 +264,10 @@ type holderDoc struct {
 	LastSeenAt time.Time         `bson:"lastSeenAt"`
 }
 
-func (d holderDoc) holder() Holder {
-	return Holder{
+func (d holderDoc) holder() lease.Holder {
+	return lease.Holder{
 		Token:      d.ID,
-		State:      HolderState(d.State),
+		State:      lease.HolderState(d.State),
 		LeaseName:  d.LeaseName,
 		Resource:   d.Resource,
 		Type:       d.Type,
@@ -274,7 +275,7 @@ func (d holderDoc) holder() Holder {
 		Project:    d.Project,
 		User:       d.User,
 		HolderRef:  d.HolderRef,
-		Pod:        PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID},
+		Pod:        lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID},
 		PodBound:   d.PodBound,
 		Payload:    d.Payload,
 		TTL:        time.Duration(d.TTLSeconds * float64(time.Second)),

@@ -7,9 +7,8 @@ package podwatch
 import (
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
 // Reasons returned by Liveness. They are stable strings for logs and operational views.
@@ -47,7 +46,7 @@ const (
 //     leases itself.
 //
 // An empty recorded UID matches any UID (holders written without the downward API's UID).
-func Liveness(holder, self leasestore.PodRef, pod *corev1.Pod, now time.Time) (reason string, alive bool) {
+func Liveness(holder, self lease.PodRef, pod *corev1.Pod, now time.Time) (reason string, alive bool) {
 	switch {
 	case holder.Name == "":
 		return ReasonNoPod, false
@@ -69,7 +68,7 @@ func Liveness(holder, self leasestore.PodRef, pod *corev1.Pod, now time.Time) (r
 
 // IsSelf reports whether holder is the pod self. Namespace and name must match; the UIDs
 // must match when both are known (a previous incarnation of our name is not us).
-func IsSelf(holder, self leasestore.PodRef) bool {
+func IsSelf(holder, self lease.PodRef) bool {
 	if self.Name == "" || holder.Name != self.Name || holder.Namespace != self.Namespace {
 		return false
 	}
@@ -93,6 +92,6 @@ func PodIP(pod *corev1.Pod) string {
 }
 
 // RefOf returns the PodRef of a pod object.
-func RefOf(pod *corev1.Pod) leasestore.PodRef {
-	return leasestore.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
+func RefOf(pod *corev1.Pod) lease.PodRef {
+	return lease.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
 }

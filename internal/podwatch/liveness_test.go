@@ -5,17 +5,16 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/lease"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
 func TestLiveness(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	holder := leasestore.PodRef{Namespace: "ns", Name: "app-0", UID: "uid-1"}
-	self := leasestore.PodRef{Namespace: "ops", Name: "manager-abc", UID: "uid-m"}
+	holder := lease.PodRef{Namespace: "ns", Name: "app-0", UID: "uid-1"}
+	self := lease.PodRef{Namespace: "ops", Name: "manager-abc", UID: "uid-m"}
 	pod := func(mut ...func(*corev1.Pod)) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-0", UID: types.UID("uid-1")},
@@ -34,8 +33,8 @@ func TestLiveness(t *testing.T) {
 		Alive  bool
 	}
 	cases := map[string]struct {
-		holder leasestore.PodRef
-		self   leasestore.PodRef
+		holder lease.PodRef
+		self   lease.PodRef
 		pod    *corev1.Pod
 		want   want
 	}{
@@ -52,17 +51,17 @@ func TestLiveness(t *testing.T) {
 		"terminating within its grace period":    {holder, self, pod(deleting(now.Add(10 * time.Second))), want{ReasonRunning, true}},
 		"terminating past its deletion deadline": {holder, self, pod(deleting(now.Add(-time.Second))), want{ReasonDeletionOverdue, false}},
 		"terminating exactly at the deadline":    {holder, self, pod(deleting(now)), want{ReasonDeletionOverdue, false}},
-		"recorded UID empty matches any UID":     {leasestore.PodRef{Namespace: "ns", Name: "app-0"}, self, pod(func(p *corev1.Pod) { p.UID = "uid-9" }), want{ReasonRunning, true}},
-		"no pod recorded":                        {leasestore.PodRef{}, self, nil, want{ReasonNoPod, false}},
+		"recorded UID empty matches any UID":     {lease.PodRef{Namespace: "ns", Name: "app-0"}, self, pod(func(p *corev1.Pod) { p.UID = "uid-9" }), want{ReasonRunning, true}},
+		"no pod recorded":                        {lease.PodRef{}, self, nil, want{ReasonNoPod, false}},
 		"self, although the cache has nothing":   {self, self, nil, want{ReasonSelf, true}},
 		"self, although the cache says finished": {self, self, pod(func(p *corev1.Pod) {
 			p.Namespace, p.Name, p.UID = "ops", "manager-abc", "uid-m"
 			p.Status.Phase = corev1.PodFailed
 		}), want{ReasonSelf, true}},
-		"self without a known UID":                   {self, leasestore.PodRef{Namespace: "ops", Name: "manager-abc"}, nil, want{ReasonSelf, true}},
-		"previous incarnation of our own name":       {leasestore.PodRef{Namespace: "ops", Name: "manager-abc", UID: "uid-old"}, self, nil, want{ReasonNotFound, false}},
-		"same name in another namespace is not self": {leasestore.PodRef{Namespace: "other", Name: "manager-abc", UID: "uid-m"}, self, nil, want{ReasonNotFound, false}},
-		"no self configured":                         {holder, leasestore.PodRef{}, pod(), want{ReasonRunning, true}},
+		"self without a known UID":                   {self, lease.PodRef{Namespace: "ops", Name: "manager-abc"}, nil, want{ReasonSelf, true}},
+		"previous incarnation of our own name":       {lease.PodRef{Namespace: "ops", Name: "manager-abc", UID: "uid-old"}, self, nil, want{ReasonNotFound, false}},
+		"same name in another namespace is not self": {lease.PodRef{Namespace: "other", Name: "manager-abc", UID: "uid-m"}, self, nil, want{ReasonNotFound, false}},
+		"no self configured":                         {holder, lease.PodRef{}, pod(), want{ReasonRunning, true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

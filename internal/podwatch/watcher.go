@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	"github.com/vancetope/lease-operator/internal/lease"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,8 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
 // indexPodIP is the cache index of pods by every IP in status.podIPs (and status.podIP).
@@ -33,7 +32,7 @@ const ReasonUnknown = "Unknown"
 // Options configures a Watcher.
 type Options struct {
 	// Self is the pod this process runs in (from the downward API); it is always alive.
-	Self leasestore.PodRef
+	Self lease.PodRef
 	// Namespaces restricts the watch to these namespaces; empty watches all of them.
 	Namespaces []string
 	// LabelSelector restricts the watch to matching pods; nil watches every pod. The
@@ -55,12 +54,12 @@ type Watcher struct {
 	cache    cache.Cache
 	informer cache.Informer
 	api      client.Reader
-	self     leasestore.PodRef
+	self     lease.PodRef
 	clock    clock.PassiveClock
 	log      logr.Logger
 
 	mu   sync.Mutex
-	gone []func(leasestore.PodRef)
+	gone []func(lease.PodRef)
 }
 
 var (
@@ -144,25 +143,25 @@ func (w *Watcher) ReadyCheck(_ *http.Request) error {
 }
 
 // Self returns the pod of this process.
-func (w *Watcher) Self() leasestore.PodRef { return w.self }
+func (w *Watcher) Self() lease.PodRef { return w.self }
 
 // OnPodGone registers fn to be called, on the informer's goroutine, with every pod that is
 // deleted or reaches a terminal phase (Succeeded/Failed). fn must not block. Register
 // before Start.
-func (w *Watcher) OnPodGone(fn func(leasestore.PodRef)) {
+func (w *Watcher) OnPodGone(fn func(lease.PodRef)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.gone = append(w.gone, fn)
 }
 
 // Alive applies the liveness predicate to pod with the cached object.
-func (w *Watcher) Alive(pod leasestore.PodRef) bool {
+func (w *Watcher) Alive(pod lease.PodRef) bool {
 	_, alive := w.Status(pod)
 	return alive
 }
 
 // Status is Alive with the reason (see the Reason constants), for logs and views.
-func (w *Watcher) Status(pod leasestore.PodRef) (reason string, alive bool) {
+func (w *Watcher) Status(pod lease.PodRef) (reason string, alive bool) {
 	if pod.Name == "" || IsSelf(pod, w.self) {
 		return Liveness(pod, w.self, nil, w.clock.Now())
 	}
@@ -177,7 +176,7 @@ func (w *Watcher) Status(pod leasestore.PodRef) (reason string, alive bool) {
 // ConfirmDead asks the API server (not the cache) whether pod is dead, so that a pod the
 // informer has not seen yet (created a moment ago) is not reaped. A read error is returned
 // and means "do not reap".
-func (w *Watcher) ConfirmDead(ctx context.Context, pod leasestore.PodRef) (dead bool, reason string, err error) {
+func (w *Watcher) ConfirmDead(ctx context.Context, pod lease.PodRef) (dead bool, reason string, err error) {
 	if pod.Name == "" || IsSelf(pod, w.self) {
 		reason, alive := Liveness(pod, w.self, nil, w.clock.Now())
 		return !alive, reason, nil
@@ -195,7 +194,7 @@ func (w *Watcher) ConfirmDead(ctx context.Context, pod leasestore.PodRef) (dead 
 }
 
 // Endpoint returns the IP of pod when the pod is alive (the address its agent listens on).
-func (w *Watcher) Endpoint(pod leasestore.PodRef) (ip string, ok bool) {
+func (w *Watcher) Endpoint(pod lease.PodRef) (ip string, ok bool) {
 	if pod.Name == "" {
 		return "", false
 	}
@@ -203,7 +202,7 @@ func (w *Watcher) Endpoint(pod leasestore.PodRef) (ip string, ok bool) {
 	if err != nil || obj == nil {
 		return "", false
 	}
-	if _, alive := Liveness(pod, leasestore.PodRef{}, obj, w.clock.Now()); !alive {
+	if _, alive := Liveness(pod, lease.PodRef{}, obj, w.clock.Now()); !alive {
 		return "", false
 	}
 	return PodIP(obj), true
@@ -213,35 +212,35 @@ func (w *Watcher) Endpoint(pod leasestore.PodRef) (ip string, ok bool) {
 // HTTP API). Only running pods count (finished pods keep their IP in the object while the
 // address is reused), and host-network pods never match (they share the node's IP). ok is
 // false when no pod or more than one pod matches.
-func (w *Watcher) PodByIP(ip string) (leasestore.PodRef, bool) {
+func (w *Watcher) PodByIP(ip string) (lease.PodRef, bool) {
 	key, ok := normalizeIP(ip)
 	if !ok {
-		return leasestore.PodRef{}, false
+		return lease.PodRef{}, false
 	}
 	var list corev1.PodList
 	if err := w.cache.List(context.Background(), &list, client.MatchingFields{indexPodIP: key}); err != nil {
 		w.log.V(1).Info("Cannot list pods by IP", "ip", key, "error", err.Error())
-		return leasestore.PodRef{}, false
+		return lease.PodRef{}, false
 	}
-	var found []leasestore.PodRef
+	var found []lease.PodRef
 	now := w.clock.Now()
 	for i := range list.Items {
 		p := &list.Items[i]
 		if p.Spec.HostNetwork {
 			continue
 		}
-		if _, alive := Liveness(RefOf(p), leasestore.PodRef{}, p, now); alive {
+		if _, alive := Liveness(RefOf(p), lease.PodRef{}, p, now); alive {
 			found = append(found, RefOf(p))
 		}
 	}
 	if len(found) != 1 {
-		return leasestore.PodRef{}, false
+		return lease.PodRef{}, false
 	}
 	return found[0], true
 }
 
 // cached reads pod from the cache; a missing pod is (nil, nil).
-func (w *Watcher) cached(pod leasestore.PodRef) (*corev1.Pod, error) {
+func (w *Watcher) cached(pod lease.PodRef) (*corev1.Pod, error) {
 	obj := &corev1.Pod{}
 	err := w.cache.Get(context.Background(), client.ObjectKey{Namespace: pod.Namespace, Name: pod.Name}, obj)
 	switch {
@@ -273,9 +272,9 @@ func (w *Watcher) onDelete(obj any) {
 	}
 }
 
-func (w *Watcher) emit(ref leasestore.PodRef) {
+func (w *Watcher) emit(ref lease.PodRef) {
 	w.mu.Lock()
-	fns := append([]func(leasestore.PodRef){}, w.gone...)
+	fns := append([]func(lease.PodRef){}, w.gone...)
 	w.mu.Unlock()
 	w.log.V(1).Info("Pod gone", "pod", ref.String(), "uid", ref.UID)
 	for _, fn := range fns {

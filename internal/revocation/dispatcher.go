@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 )
@@ -24,9 +24,9 @@ type PodView interface {
 	// WaitForSync blocks until the view is complete; nothing is decided before.
 	WaitForSync(ctx context.Context) bool
 	// Alive is the liveness predicate (podwatch.Liveness).
-	Alive(pod leasestore.PodRef) bool
+	Alive(pod lease.PodRef) bool
 	// Endpoint returns the IP of a live pod.
-	Endpoint(pod leasestore.PodRef) (ip string, ok bool)
+	Endpoint(pod lease.PodRef) (ip string, ok bool)
 }
 
 var _ PodView = (*podwatch.Watcher)(nil)
@@ -54,7 +54,7 @@ const (
 // replica dispatches what it reaped itself). Workers run only after Start.
 type Dispatcher struct {
 	pods      PodView
-	self      leasestore.PodRef
+	self      lease.PodRef
 	handlers  *Registry
 	forwarder Forwarder
 	recorder  events.EventRecorder
@@ -71,7 +71,7 @@ type Dispatcher struct {
 
 type item struct {
 	reason string
-	holder leasestore.Holder
+	holder lease.Holder
 }
 
 var (
@@ -120,7 +120,7 @@ func WithTimeout(t time.Duration) Option { return func(d *Dispatcher) { d.timeou
 
 // NewDispatcher returns a dispatcher for the process running in pod self, deciding with
 // pods and running the handlers of registry.
-func NewDispatcher(pods PodView, self leasestore.PodRef, registry *Registry, opts ...Option) *Dispatcher {
+func NewDispatcher(pods PodView, self lease.PodRef, registry *Registry, opts ...Option) *Dispatcher {
 	d := &Dispatcher{
 		pods:     pods,
 		self:     self,
@@ -159,7 +159,7 @@ func NewDispatcher(pods PodView, self leasestore.PodRef, registry *Registry, opt
 // dispatch. It never blocks: when the queue is full the holder is dropped with a log line
 // and vance_lease_revocation_dropped_total (its slot is free anyway; the app learns of the
 // loss at its next check).
-func (d *Dispatcher) Revoked(ctx context.Context, reason string, holders []leasestore.Holder) {
+func (d *Dispatcher) Revoked(ctx context.Context, reason string, holders []lease.Holder) {
 	for _, h := range holders {
 		d.metrics.Reap.WithLabelValues(reason).Inc()
 		select {
@@ -242,7 +242,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, it item) {
 	d.recordEvent(h, it.reason, action, forwardErr, err)
 }
 
-func (d *Dispatcher) forward(ctx context.Context, h leasestore.Holder, reason string) error {
+func (d *Dispatcher) forward(ctx context.Context, h lease.Holder, reason string) error {
 	ip, ok := d.pods.Endpoint(h.Pod)
 	if !ok {
 		return fmt.Errorf("pod %s has no endpoint", h.Pod)
@@ -262,17 +262,17 @@ func (d *Dispatcher) runHandler(ctx context.Context, r Revocation) error {
 }
 
 // recordEvent puts an Event on the holder's Pod, so that kubectl describe pod shows it.
-func (d *Dispatcher) recordEvent(h leasestore.Holder, reason string, action Action, forwardErr, err error) {
+func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, forwardErr, err error) {
 	if d.recorder == nil || h.Pod.Name == "" || h.Pod.Namespace == "" {
 		return
 	}
 	ref := &corev1.ObjectReference{
 		Kind: "Pod", APIVersion: "v1", Namespace: h.Pod.Namespace, Name: h.Pod.Name, UID: types.UID(h.Pod.UID),
 	}
-	lease := fmt.Sprintf("Lease %s (type %s, resource %s)", shortToken(h.Token), h.Type, h.Resource)
+	subject := fmt.Sprintf("Lease %s (type %s, resource %s)", shortToken(h.Token), h.Type, h.Resource)
 	if err != nil {
 		d.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventReasonRevocationFailed, actionVerb(action),
-			"%s revoked (%s): %s", lease, reason, truncate(err.Error(), 512))
+			"%s revoked (%s): %s", subject, reason, truncate(err.Error(), 512))
 		return
 	}
 	note := map[Action]string{
@@ -285,7 +285,7 @@ func (d *Dispatcher) recordEvent(h leasestore.Holder, reason string, action Acti
 		note = "agent unreachable; " + note
 	}
 	d.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventReasonRevoked, actionVerb(action),
-		"%s revoked (%s): %s", lease, reason, note)
+		"%s revoked (%s): %s", subject, reason, note)
 }
 
 // actionVerb is the Event's action (UpperCamelCase).

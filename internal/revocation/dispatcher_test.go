@@ -10,7 +10,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
@@ -19,20 +19,20 @@ import (
 // noPods is a PodView that knows no pod but this process's.
 type noPods struct{}
 
-func (noPods) WaitForSync(context.Context) bool          { return true }
-func (noPods) Alive(leasestore.PodRef) bool              { return false }
-func (noPods) Endpoint(leasestore.PodRef) (string, bool) { return "", false }
+func (noPods) WaitForSync(context.Context) bool     { return true }
+func (noPods) Alive(lease.PodRef) bool              { return false }
+func (noPods) Endpoint(lease.PodRef) (string, bool) { return "", false }
 
 // TestRevokedNeverBlocks fills the queue of a dispatcher whose workers do not run: the
 // caller returns at once, every reap is counted, the overflow is dropped and counted.
 func TestRevokedNeverBlocks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	d := revocation.NewDispatcher(noPods{}, leasestore.PodRef{}, revocation.NewDefaultRegistry(nil, nil, nil),
+	d := revocation.NewDispatcher(noPods{}, lease.PodRef{}, revocation.NewDefaultRegistry(nil, nil, nil),
 		revocation.WithMetrics(m), revocation.WithRegisterer(reg), revocation.WithQueueSize(2))
-	holders := make([]leasestore.Holder, 5)
+	holders := make([]lease.Holder, 5)
 	for i := range holders {
-		holders[i] = leasestore.Holder{Token: string(rune('a' + i)), Type: "tex", PodBound: true}
+		holders[i] = lease.Holder{Token: string(rune('a' + i)), Type: "tex", PodBound: true}
 	}
 	done := make(chan struct{})
 	go func() {
@@ -59,14 +59,14 @@ vance_lease_revocation_dropped_total 3
 // TestDispatchSelfWithoutPodView: the holder pod is this process's pod; the handler runs
 // here even though the pod view knows no pod at all.
 func TestDispatchSelfWithoutPodView(t *testing.T) {
-	self := leasestore.PodRef{Namespace: "ns", Name: "agent-pod", UID: "u"}
+	self := lease.PodRef{Namespace: "ns", Name: "agent-pod", UID: "u"}
 	hub := notify.NewHub(time.Minute, clock.RealClock{})
 	d := revocation.NewDispatcher(noPods{}, self, revocation.NewDefaultRegistry(hub, nil, nil),
 		revocation.WithMetrics(metrics.New(nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = d.Start(ctx) }()
-	d.Revoked(ctx, "pod", []leasestore.Holder{{Token: "t1", Type: "tex", Resource: "tex2pdf", Pod: self, PodBound: true}})
+	d.Revoked(ctx, "pod", []lease.Holder{{Token: "t1", Type: "tex", Resource: "tex2pdf", Pod: self, PodBound: true}})
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer wcancel()
 	ev, ok := hub.Wait(wctx, "t1")

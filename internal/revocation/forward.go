@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // ReceiverPath is where the agent serves forwarded revocations.
@@ -61,7 +61,7 @@ func (m Message) Revocation(site Site) Revocation {
 	return Revocation{
 		Token: m.Token, Type: m.Type, Resource: m.Resource, LeaseName: m.LeaseName, HolderRef: m.HolderRef,
 		Reason: m.Reason, Payload: m.Payload, PodBound: m.PodBound,
-		Pod:  leasestore.PodRef{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID},
+		Pod:  lease.PodRef{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID},
 		Site: site,
 	}
 }

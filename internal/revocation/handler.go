@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // Site says where a handler runs.
@@ -32,7 +32,7 @@ type Revocation struct {
 	HolderRef string
 	// Reason is idle, pod or revoke.
 	Reason   string
-	Pod      leasestore.PodRef
+	Pod      lease.PodRef
 	PodBound bool
 	// Payload is what the holder stored for cleanup (mcp: endpoint, sessionId, ...).
 	Payload map[string]string
@@ -40,7 +40,7 @@ type Revocation struct {
 }
 
 // FromHolder builds the revocation of h for reason at site.
-func FromHolder(h leasestore.Holder, reason string, site Site) Revocation {
+func FromHolder(h lease.Holder, reason string, site Site) Revocation {
 	return Revocation{
 		Token:     h.Token,
 		Type:      h.Type,

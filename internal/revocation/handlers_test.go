@@ -16,16 +16,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 
-	"github.com/vancetope/lease-operator/internal/admission"
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // The seams the admission library defines.
 var (
-	_ admission.RevocationListener = (*revocation.Dispatcher)(nil)
-	_ admission.TypeRegistry       = (*revocation.Registry)(nil)
+	_ leasing.RevocationListener = (*revocation.Dispatcher)(nil)
+	_ leasing.TypeRegistry       = (*revocation.Registry)(nil)
 )
 
 // fakeSecrets is an in-memory SecretReader.
@@ -77,7 +77,7 @@ func (m *mcpServer) got() []string {
 }
 
 func TestMCPHandler(t *testing.T) {
-	pod := leasestore.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	pod := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	secrets := fakeSecrets{
 		"team-a/mcp-auth":  authSecret("team-a", "mcp-auth", "s3cret", true),
 		"team-a/unlabeled": authSecret("team-a", "unlabeled", "s3cret", false),
@@ -86,7 +86,7 @@ func TestMCPHandler(t *testing.T) {
 	cases := map[string]struct {
 		status  int
 		payload func(endpoint string) map[string]string
-		pod     leasestore.PodRef
+		pod     lease.PodRef
 		want    []string
 		wantErr string
 	}{

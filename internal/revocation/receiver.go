@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
@@ -39,7 +39,7 @@ var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
 // message names another pod: the IP was reused); 500 HANDLER_FAILED. Any non-2xx makes
 // the sender fall back to the dead path.
 type Receiver struct {
-	self     leasestore.PodRef
+	self     lease.PodRef
 	handlers *Registry
 	secret   string
 	timeout  time.Duration
@@ -75,7 +75,7 @@ func WithHandlerTimeout(d time.Duration) ReceiverOption { return func(r *Receive
 
 // NewReceiver returns the endpoint for the pod self (the agent's own identity; a zero self
 // skips the pod check) with the handlers of registry.
-func NewReceiver(self leasestore.PodRef, registry *Registry, opts ...ReceiverOption) *Receiver {
+func NewReceiver(self lease.PodRef, registry *Registry, opts ...ReceiverOption) *Receiver {
 	r := &Receiver{self: self, handlers: registry, timeout: 10 * time.Second, log: logr.Discard()}
 	for _, o := range opts {
 		o(r)
@@ -100,7 +100,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if rc.self.Name != "" {
-		pod := leasestore.PodRef{Namespace: msg.Pod.Namespace, Name: msg.Pod.Name, UID: msg.Pod.UID}
+		pod := lease.PodRef{Namespace: msg.Pod.Namespace, Name: msg.Pod.Name, UID: msg.Pod.UID}
 		if !podwatch.IsSelf(pod, rc.self) {
 			writeError(w, http.StatusConflict, ErrCodeNotHolderPod,
 				fmt.Sprintf("this is pod %s, not the holder pod %s", rc.self, pod))

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/utils/clock"
 
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
@@ -23,7 +23,7 @@ import (
 var cmpIgnoreAt = cmpopts.IgnoreFields(notify.Event{}, "At")
 
 func TestReceiver(t *testing.T) {
-	self := leasestore.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	valid := func() revocation.Message {
 		return revocation.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "idle", PodBound: true,
 			Pod: revocation.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
@@ -101,7 +101,7 @@ func TestReceiver(t *testing.T) {
 // TestForwarderToReceiver sends a revocation through the HTTP forwarder to a receiver and
 // checks that a long-poll waiting on the token ends with it.
 func TestForwarderToReceiver(t *testing.T) {
-	self := leasestore.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	hub := notify.NewHub(time.Minute, clock.RealClock{})
 	mux := http.NewServeMux()
 	mux.Handle("POST "+revocation.ReceiverPath, revocation.NewReceiver(self, revocation.NewDefaultRegistry(hub, nil, nil), revocation.WithSharedSecret("k")))
@@ -118,7 +118,7 @@ func TestForwarderToReceiver(t *testing.T) {
 		ev, _ := hub.Wait(ctx, "tok-1")
 		waited <- ev
 	}()
-	msg := revocation.MessageFor(revocation.FromHolder(leasestore.Holder{Token: "tok-1", Type: "mcp", Resource: "browser", Pod: self,
+	msg := revocation.MessageFor(revocation.FromHolder(lease.Holder{Token: "tok-1", Type: "mcp", Resource: "browser", Pod: self,
 		Payload: map[string]string{"sessionId": "s"}}, "revoke", revocation.SiteHolderPod))
 	if err := fw.Forward(ctx, ip, msg); err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func msgBody(valid func() revocation.Message, mut func(*revocation.Message)) fun
 // TestReceiverConfirmsWithTheStore: a revocation of a lease that is still held (a forged or
 // stale POST) runs no handler; a store error answers 503.
 func TestReceiverConfirmsWithTheStore(t *testing.T) {
-	self := leasestore.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	msg := func() revocation.Message {
 		return revocation.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "revoke", PodBound: true,
 			Pod: revocation.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
@@ -159,7 +159,7 @@ func TestReceiverConfirmsWithTheStore(t *testing.T) {
 	}{
 		"gone from the store": {status: 200},
 		"still held":          {held: true, status: 409, errCode: revocation.ErrCodeStillHeld},
-		"store down":          {err: leasestore.ErrUnavailable, status: 503, errCode: revocation.ErrCodeUnavailable},
+		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: revocation.ErrCodeUnavailable},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
@@ -29,7 +30,7 @@ const maxResourceLen = 256
 
 // IdleStore is the part of the store the relay uses (*leasestore.Store).
 type IdleStore interface {
-	ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error)
+	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
 }
 
 var _ IdleStore = (*leasestore.Store)(nil)
@@ -103,12 +104,12 @@ func (g *relayGate) allow(resource string, now time.Time, interval time.Duration
 // at managerURL to sweep, and returns no holders (the manager dispatched them). When the
 // manager cannot be reached it falls back to reaping with local (returning the holders for
 // the agent's own dispatcher).
-func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) ([]lease.Holder, error) {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
 	url := strings.TrimRight(managerURL, "/") + RelayPath
-	return func(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+	return func(ctx context.Context, resource string) ([]lease.Holder, error) {
 		body, err := json.Marshal(relayRequest{Resource: resource})
 		if err != nil {
 			return nil, fmt.Errorf("encoding sweep request: %w", err)

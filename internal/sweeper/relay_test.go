@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/utils/clock"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
@@ -23,7 +24,7 @@ type recorded struct {
 	calls []string // reason:token
 }
 
-func (r *recorded) Revoked(_ context.Context, reason string, holders []leasestore.Holder) {
+func (r *recorded) Revoked(_ context.Context, reason string, holders []lease.Holder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range holders {
@@ -42,11 +43,11 @@ func relayStore(t *testing.T) *leasestore.Store {
 	return storetest.New(t)
 }
 
-func idleHolder(t *testing.T, s *leasestore.Store, resource string) leasestore.Holder {
+func idleHolder(t *testing.T, s *leasestore.Store, resource string) lease.Holder {
 	t.Helper()
 	h, err := s.Acquire(context.Background(), leasestore.AcquireRequest{
 		Resource: resource, Type: "tex", Tenant: "acme", TTL: 100 * time.Millisecond,
-		Caps: []leasestore.LevelCap{{Level: leasestore.LevelTenant, Cap: 1}},
+		Caps: []lease.LevelCap{{Level: lease.LevelTenant, Cap: 1}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestRelayReapsOnTheManager(t *testing.T) {
 	if diff := cmp.Diff([]string{"idle:" + h.Token}, listener.got()); diff != "" {
 		t.Errorf("manager's listener (-want +got):\n%s", diff)
 	}
-	if err := s.Touch(context.Background(), h.Token); !errors.Is(err, leasestore.ErrLost) {
+	if err := s.Touch(context.Background(), h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("touch after the relayed sweep = %v, want lost", err)
 	}
 	// Within the interval the manager does not sweep that resource again.

@@ -29,6 +29,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
@@ -118,7 +119,7 @@ type fixture struct {
 	ns       string
 	database string
 	store    *leasestore.Store
-	self     leasestore.PodRef
+	self     lease.PodRef
 	selfHub  *notify.Hub
 	watcher  *podwatch.Watcher
 	disp     *revocation.Dispatcher
@@ -212,7 +213,7 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 }
 
 // serveAgent starts the stand-in agent as the agent of pod (the receiver checks the pod).
-func (f *fixture) serveAgent(pod leasestore.PodRef) {
+func (f *fixture) serveAgent(pod lease.PodRef) {
 	mux := http.NewServeMux()
 	mux.Handle("POST "+revocation.ReceiverPath, revocation.NewReceiver(pod,
 		revocation.NewDefaultRegistry(f.agent.hub, nil, nil),
@@ -236,7 +237,7 @@ func freshNamespace(ctx context.Context) string {
 
 // createPod creates a running pod with ip (no kubelet: the test sets the status) and waits
 // until the watcher sees it alive.
-func (f *fixture) createPod(ctx context.Context, name, ip string) leasestore.PodRef {
+func (f *fixture) createPod(ctx context.Context, name, ip string) lease.PodRef {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: map[string]string{"app": name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
@@ -252,25 +253,25 @@ func (f *fixture) createPod(ctx context.Context, name, ip string) leasestore.Pod
 }
 
 // setPhase sets a pod's phase through the status subresource.
-func setPhase(ctx context.Context, ref leasestore.PodRef, phase corev1.PodPhase) {
+func setPhase(ctx context.Context, ref lease.PodRef, phase corev1.PodPhase) {
 	pod := &corev1.Pod{}
 	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, pod)).To(Succeed())
 	pod.Status.Phase = phase
 	Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
 }
 
-func deletePod(ctx context.Context, ref leasestore.PodRef) {
+func deletePod(ctx context.Context, ref lease.PodRef) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
 	Expect(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
 }
 
 // acquire books one slot of resource for pod (tenant t, project p, user u; caps 1/1/2/10).
-func (f *fixture) acquire(ctx context.Context, typ, resource string, pod leasestore.PodRef, podBound bool, ttl time.Duration, payload map[string]string) leasestore.Holder {
+func (f *fixture) acquire(ctx context.Context, typ, resource string, pod lease.PodRef, podBound bool, ttl time.Duration, payload map[string]string) lease.Holder {
 	h, err := f.store.Acquire(ctx, leasestore.AcquireRequest{
 		LeaseName: resource, Resource: resource, Type: typ,
-		Caps: []leasestore.LevelCap{
-			{Level: leasestore.LevelUser, Cap: 1}, {Level: leasestore.LevelProject, Cap: 1},
-			{Level: leasestore.LevelTenant, Cap: 2}, {Level: leasestore.LevelGlobal, Cap: 10},
+		Caps: []lease.LevelCap{
+			{Level: lease.LevelUser, Cap: 1}, {Level: lease.LevelProject, Cap: 1},
+			{Level: lease.LevelTenant, Cap: 2}, {Level: lease.LevelGlobal, Cap: 10},
 		},
 		Tenant: "acme", Project: "p-" + pod.Name, User: "u-" + pod.Name, HolderRef: "job",
 		Pod: pod, PodBound: podBound, Payload: payload, TTL: ttl,
@@ -283,7 +284,7 @@ func (f *fixture) acquire(ctx context.Context, typ, resource string, pod leasest
 func (f *fixture) held(ctx context.Context, token string) bool {
 	_, err := f.store.GetHolder(ctx, token)
 	if err != nil {
-		Expect(err).To(MatchError(leasestore.ErrLost))
+		Expect(err).To(MatchError(lease.ErrLost))
 		return false
 	}
 	return true

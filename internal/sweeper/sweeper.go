@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/podwatch"
@@ -39,9 +40,9 @@ const (
 
 // Store is the part of the lease store a sweep uses (*leasestore.Store).
 type Store interface {
-	ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error)
-	HolderPods(ctx context.Context) ([]leasestore.PodRef, error)
-	ReapPod(ctx context.Context, pod leasestore.PodRef) ([]leasestore.Holder, error)
+	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
+	HolderPods(ctx context.Context) ([]lease.PodRef, error)
+	ReapPod(ctx context.Context, pod lease.PodRef) ([]lease.Holder, error)
 	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
 }
 
@@ -50,14 +51,14 @@ type Liveness interface {
 	// WaitForSync blocks until the informer has listed the pods once.
 	WaitForSync(ctx context.Context) bool
 	// Alive is the liveness predicate on the cached pod.
-	Alive(pod leasestore.PodRef) bool
+	Alive(pod lease.PodRef) bool
 	// ConfirmDead re-checks a pod the cache calls dead against the API server.
-	ConfirmDead(ctx context.Context, pod leasestore.PodRef) (dead bool, reason string, err error)
+	ConfirmDead(ctx context.Context, pod lease.PodRef) (dead bool, reason string, err error)
 }
 
 // Listener receives reaped holders (the revocation dispatcher). It must not block.
 type Listener interface {
-	Revoked(ctx context.Context, reason string, holders []leasestore.Holder)
+	Revoked(ctx context.Context, reason string, holders []lease.Holder)
 }
 
 var (
@@ -83,7 +84,7 @@ type Sweeper struct {
 	log      logr.Logger
 
 	mu      sync.Mutex
-	pending map[leasestore.PodRef]bool
+	pending map[lease.PodRef]bool
 	wake    chan struct{}
 }
 
@@ -118,7 +119,7 @@ func New(store Store, pods Liveness, listener Listener, opts ...Option) *Sweeper
 		interval: DefaultInterval,
 		clock:    clock.RealClock{},
 		log:      logr.Discard(),
-		pending:  map[leasestore.PodRef]bool{},
+		pending:  map[lease.PodRef]bool{},
 		wake:     make(chan struct{}, 1),
 	}
 	for _, o := range opts {
@@ -138,7 +139,7 @@ func (s *Sweeper) NeedLeaderElection() bool { return false }
 
 // PodGone queues an immediate pod-dead reap of pod (called by the informer when a pod is
 // deleted or finishes). It never blocks.
-func (s *Sweeper) PodGone(pod leasestore.PodRef) {
+func (s *Sweeper) PodGone(pod lease.PodRef) {
 	if pod.Name == "" {
 		return
 	}
@@ -230,7 +231,7 @@ func (s *Sweeper) reapDeadPods(ctx context.Context) (int, error) {
 }
 
 // reapIfDead reaps pod's holders when the cache and the API server both call it dead.
-func (s *Sweeper) reapIfDead(ctx context.Context, pod leasestore.PodRef) (int, error) {
+func (s *Sweeper) reapIfDead(ctx context.Context, pod lease.PodRef) (int, error) {
 	if s.pods.Alive(pod) {
 		return 0, nil
 	}
@@ -253,13 +254,13 @@ func (s *Sweeper) reapIfDead(ctx context.Context, pod leasestore.PodRef) (int, e
 func (s *Sweeper) reapGone(ctx context.Context) {
 	s.mu.Lock()
 	pending := s.pending
-	s.pending = map[leasestore.PodRef]bool{}
+	s.pending = map[lease.PodRef]bool{}
 	s.mu.Unlock()
 	for pod := range pending {
-		candidates := []leasestore.PodRef{pod}
+		candidates := []lease.PodRef{pod}
 		if pod.UID != "" {
 			// Holders recorded without a UID name the pod only.
-			candidates = append(candidates, leasestore.PodRef{Namespace: pod.Namespace, Name: pod.Name})
+			candidates = append(candidates, lease.PodRef{Namespace: pod.Namespace, Name: pod.Name})
 		}
 		for _, p := range candidates {
 			if _, err := s.reapIfDead(ctx, p); err != nil {
@@ -269,7 +270,7 @@ func (s *Sweeper) reapGone(ctx context.Context) {
 	}
 }
 
-func (s *Sweeper) dispatch(ctx context.Context, reason string, holders []leasestore.Holder) {
+func (s *Sweeper) dispatch(ctx context.Context, reason string, holders []lease.Holder) {
 	if len(holders) > 0 && s.listener != nil {
 		s.listener.Revoked(ctx, reason, holders)
 	}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
@@ -44,8 +45,8 @@ func (m *mcpServer) got() []string {
 }
 
 // revoke is the operator's revoke: delete the holder, then dispatch it.
-func (f *fixture) revoke(ctx context.Context, hs ...leasestore.Holder) {
-	var revoked []leasestore.Holder
+func (f *fixture) revoke(ctx context.Context, hs ...lease.Holder) {
+	var revoked []lease.Holder
 	for _, h := range hs {
 		r, ok, err := f.store.Revoke(ctx, h.Token, "")
 		Expect(err).NotTo(HaveOccurred())
@@ -165,7 +166,7 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		Expect(ok).To(BeFalse())
 		// A late revocation of the old token (in flight from another reaper) still reaches the
 		// agent: it is delivered to nobody and touches neither the new lease nor the counters.
-		f.disp.Revoked(ctx, "idle", []leasestore.Holder{old})
+		f.disp.Revoked(ctx, "idle", []lease.Holder{old})
 		Eventually(published(f.agent.hub, old.Token)).ShouldNot(noEvent)
 
 		Expect(f.store.Touch(ctx, fresh.Token)).To(Succeed())
@@ -185,17 +186,17 @@ var _ = Describe("Sweeps", func() {
 		f := newFixture(ctx, fixtureOptions{interval: time.Hour})
 		a := f.createPod(ctx, "worker-a", "10.9.0.11")
 		b := f.createPod(ctx, "worker-b", "10.9.0.12")
-		req := func(pod leasestore.PodRef) leasestore.AcquireRequest {
+		req := func(pod lease.PodRef) leasestore.AcquireRequest {
 			return leasestore.AcquireRequest{
 				Resource: "tex2pdf", Type: "tex", Tenant: "acme", Project: "shared", User: "u",
-				Caps: []leasestore.LevelCap{{Level: leasestore.LevelProject, Cap: 1}},
+				Caps: []lease.LevelCap{{Level: lease.LevelProject, Cap: 1}},
 				Pod:  pod, PodBound: true, TTL: time.Hour,
 			}
 		}
 		held, err := f.store.Acquire(ctx, req(a))
 		Expect(err).NotTo(HaveOccurred())
 		_, err = f.store.Acquire(ctx, req(b))
-		Expect(err).To(MatchError(leasestore.ErrBusy))
+		Expect(err).To(MatchError(lease.ErrBusy))
 
 		start := time.Now()
 		deletePod(ctx, a)
@@ -259,12 +260,12 @@ var _ = Describe("Sweeps", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func(ctx SpecContext) { _ = crashing.Close(ctx) })
 		_, err = crashing.Acquire(ctx, leasestore.AcquireRequest{
-			Resource: "r-drift", Type: "tex", Tenant: "acme", Caps: []leasestore.LevelCap{{Level: leasestore.LevelTenant, Cap: 5}},
+			Resource: "r-drift", Type: "tex", Tenant: "acme", Caps: []lease.LevelCap{{Level: lease.LevelTenant, Cap: 5}},
 			Pod: f.self, TTL: time.Hour,
 		})
-		Expect(errors.Is(err, leasestore.ErrCrash) || errors.Is(err, leasestore.ErrUnavailable)).To(BeTrue(), "%v", err)
+		Expect(errors.Is(err, leasestore.ErrCrash) || errors.Is(err, lease.ErrUnavailable)).To(BeTrue(), "%v", err)
 		_, err = f.store.Acquire(ctx, leasestore.AcquireRequest{
-			Resource: "r-drift", Type: "tex", Tenant: "acme", Caps: []leasestore.LevelCap{{Level: leasestore.LevelTenant, Cap: 5}},
+			Resource: "r-drift", Type: "tex", Tenant: "acme", Caps: []lease.LevelCap{{Level: lease.LevelTenant, Cap: 5}},
 			Pod: f.self, TTL: time.Hour,
 		})
 		Expect(err).NotTo(HaveOccurred())
@@ -289,7 +290,7 @@ var _ = Describe("Pod watch", func() {
 		a := f.createPod(ctx, "ip-a", "10.9.1.1")
 		b := f.createPod(ctx, "ip-b", "10.9.1.2")
 
-		byIP := func(ip string) leasestore.PodRef {
+		byIP := func(ip string) lease.PodRef {
 			ref, ok := f.watcher.PodByIP(ip)
 			Expect(ok).To(BeTrue(), ip)
 			return ref

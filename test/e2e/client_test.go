@@ -45,8 +45,8 @@ type leaseLevel struct {
 	Cap   int    `json:"cap"`
 }
 
-// lease is the 200 answer of an acquire.
-type lease struct {
+// granted is the 200 answer of an acquire.
+type granted struct {
 	Token      string       `json:"token"`
 	NoOp       bool         `json:"noop"`
 	Lease      string       `json:"lease"`
@@ -56,7 +56,7 @@ type lease struct {
 }
 
 // capAt returns the cap of level in the answer, 0 when the level is not capped.
-func (l lease) capAt(level string) int {
+func (l granted) capAt(level string) int {
 	for _, lv := range l.Levels {
 		if lv.Level == level {
 			return lv.Cap
@@ -171,7 +171,7 @@ func (c *apiClient) acquire(g Gomega, req acquireRequest) response {
 func (c *apiClient) acquireRefused(g Gomega, req acquireRequest) response {
 	r := c.acquire(g, req)
 	if r.Status == http.StatusOK {
-		var l lease
+		var l granted
 		if json.Unmarshal(r.Body, &l) == nil && l.Token != "" {
 			c.release(g, l.Token)
 		}
@@ -181,11 +181,11 @@ func (c *apiClient) acquireRefused(g Gomega, req acquireRequest) response {
 
 // mustAcquire acquires and expects a lease; the spec releases it on cleanup (release is
 // idempotent, so a spec may release it itself as well).
-func (c *apiClient) mustAcquire(req acquireRequest) lease {
+func (c *apiClient) mustAcquire(req acquireRequest) granted {
 	GinkgoHelper()
 	r := c.acquire(Default, req)
 	Expect(r.Status).To(Equal(http.StatusOK), "acquire %+v on %s: %s", req, c.name, r)
-	l := decode[lease](Default, r)
+	l := decode[granted](Default, r)
 	Expect(l.Token).To(MatchRegexp(`^[0-9a-f]{32}$`), "token of %s", r)
 	c.releaseOnCleanup(l.Token)
 	return l

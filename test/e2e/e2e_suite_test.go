@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
@@ -65,7 +66,7 @@ var (
 	// sampleNames are the LeaseDefinitions applied from config/samples.
 	sampleNames []string
 	// appPod is the agent's identity (and the pod the manager sees at 127.0.0.1).
-	appPod leasestore.PodRef
+	appPod lease.PodRef
 )
 
 func TestE2E(t *testing.T) {
@@ -300,7 +301,7 @@ func applySamples(ctx context.Context, dir string) {
 // createRunningPod creates a pod and reports it Running at ip through the status
 // subresource, as a kubelet would (envtest runs none). Without a node the pod is deleted at
 // once, with no grace period.
-func createRunningPod(ctx context.Context, name, ip string) leasestore.PodRef {
+func createRunningPod(ctx context.Context, name, ip string) lease.PodRef {
 	GinkgoHelper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": name}},
@@ -309,5 +310,5 @@ func createRunningPod(ctx context.Context, name, ip string) leasestore.PodRef {
 	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
 	Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
-	return leasestore.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
+	return lease.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
 }

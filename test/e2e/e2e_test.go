@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
@@ -81,7 +82,7 @@ var _ = Describe("The lease system", func() {
 		hs := holdersOf(Default, "acme")
 		Expect(hs).To(HaveLen(1))
 		Expect(hs[0].Token).To(Equal(l.Token))
-		Expect(hs[0].State).To(Equal(leasestore.StateHeld))
+		Expect(hs[0].State).To(Equal(lease.StateHeld))
 		Expect(hs[0].Pod).To(Equal(appPod))
 		Expect(hs[0].Project).To(Equal("thesis"))
 		Expect(hs[0].User).To(Equal("ann"))
@@ -225,7 +226,7 @@ var _ = Describe("The lease system", func() {
 			if r.Status != http.StatusOK {
 				return 0, r
 			}
-			l := decode[lease](g, r)
+			l := decode[granted](g, r)
 			g.Expect(api.release(g, l.Token).Status).To(Equal(http.StatusOK))
 			return l.capAt("project"), r
 		}
@@ -253,7 +254,7 @@ var _ = Describe("The lease system", func() {
 		r := managerAPI.acquireRefused(Default, acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: project, User: "eve"}.withWait(0))
 		Expect(r.Status).To(Equal(http.StatusConflict), "%s", r)
 		Expect(decode[apiError](Default, r)).To(SatisfyAll(HaveField("Level", "project"), HaveField("Cap", HaveValue(Equal(2)))))
-		for _, l := range []lease{first, second} {
+		for _, l := range []granted{first, second} {
 			Expect(agentAPI.release(Default, l.Token).Status).To(Equal(http.StatusOK))
 		}
 
@@ -303,11 +304,11 @@ var _ = Describe("The lease system", func() {
 			workerAPI := newAPIClient("manager (from "+podName+")", managerAddr, podIP)
 
 			By("the pod acquiring through the manager's API, identified by its IP")
-			var held lease
+			var held granted
 			Eventually(func(g Gomega) {
 				r := workerAPI.acquire(g, req)
 				g.Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
-				l := decode[lease](g, r)
+				l := decode[granted](g, r)
 				hs := holdersOf(g, tenant)
 				if len(hs) != 1 || hs[0].Pod != worker {
 					// The manager's pod informer has not seen the new pod yet: try again.
@@ -366,7 +367,7 @@ var _ = Describe("The lease system", func() {
 		}
 		r := acquire("ann", 0)
 		Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
-		idle := decode[lease](Default, r)
+		idle := decode[granted](Default, r)
 		agentAPI.releaseOnCleanup(idle.Token)
 		Expect(idle.Resource).To(Equal("mcp-inline:" + tenant + "/idle/idle-e2e"))
 		Expect(idle.TTLSeconds).To(BeEquivalentTo(1))
@@ -388,7 +389,7 @@ var _ = Describe("The lease system", func() {
 		started := time.Now()
 		r = acquire("bob", 10000)
 		Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
-		next := decode[lease](Default, r)
+		next := decode[granted](Default, r)
 		agentAPI.releaseOnCleanup(next.Token)
 		AddReportEntry("wait for the idle holder", time.Since(started).Round(time.Millisecond).String())
 
@@ -490,7 +491,7 @@ func expectCondition(ctx context.Context, obj *leasev1alpha1.LeaseDefinition, st
 }
 
 // holdersOf reads the holders of tenant from the store.
-func holdersOf(g Gomega, tenant string) []leasestore.Holder {
+func holdersOf(g Gomega, tenant string) []lease.Holder {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	hs, err := store.ListHolders(ctx, leasestore.HolderFilter{Tenant: tenant})
@@ -499,7 +500,7 @@ func holdersOf(g Gomega, tenant string) []leasestore.Holder {
 }
 
 // countersOf reads the tenant, project and user counters of tenant from the store.
-func countersOf(g Gomega, tenant string) []leasestore.Counter {
+func countersOf(g Gomega, tenant string) []lease.Counter {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cs, err := store.ListCounters(ctx, leasestore.CounterFilter{Tenant: tenant})
@@ -519,7 +520,7 @@ func expectAtRest(tenant string) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		global, err := store.ListCounters(ctx, leasestore.CounterFilter{Level: leasestore.LevelGlobal})
+		global, err := store.ListCounters(ctx, leasestore.CounterFilter{Level: lease.LevelGlobal})
 		g.Expect(err).NotTo(HaveOccurred())
 		for _, c := range global {
 			g.Expect(c.Drift()).To(BeFalse(), "counter %s: count %d, booked %d", c.Key, c.Count, c.Booked)

@@ -1,18 +1,19 @@
-package admission
+package leasing
 
 import (
 	"context"
 	"errors"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
 // Check is the check-at-use (specification §3): it touches the lease, so the idle TTL runs
-// from the last use, and fails with ErrLost when the lease was released, reaped or revoked.
-// A store failure is an *UnavailableError.
+// from the last use, and fails with lease.ErrLost when the lease was released, reaped or revoked.
+// A store failure is an *lease.UnavailableError.
 func (s *Service) Check(ctx context.Context, token string) error {
 	if !ValidToken(token) {
-		return invalid("token", "is not a valid lease token")
+		return lease.Invalid("token", "is not a valid lease token")
 	}
 	err := s.store.Touch(ctx, token)
 	label := s.tokens.get(token)
@@ -20,7 +21,7 @@ func (s *Service) Check(ctx context.Context, token string) error {
 	case err == nil:
 		s.metrics.Check.WithLabelValues(label, metrics.CheckOK).Inc()
 		return nil
-	case errors.Is(err, ErrLost):
+	case errors.Is(err, lease.ErrLost):
 		s.metrics.Check.WithLabelValues(label, metrics.CheckLost).Inc()
 		s.tokens.forget(token)
 		return storeError("checking lease", "token", err)
@@ -30,16 +31,16 @@ func (s *Service) Check(ctx context.Context, token string) error {
 }
 
 // UpdatePayload replaces the payload of a held lease; it also counts as a use (touch).
-// Errors: *InvalidError (field "payload"), ErrLost, *UnavailableError.
+// Errors: *lease.InvalidError (field "payload"), lease.ErrLost, *lease.UnavailableError.
 func (s *Service) UpdatePayload(ctx context.Context, token string, payload map[string]string) error {
 	if !ValidToken(token) {
-		return invalid("token", "is not a valid lease token")
+		return lease.Invalid("token", "is not a valid lease token")
 	}
 	if err := validatePayload(payload); err != nil {
 		return err
 	}
 	err := s.store.UpdatePayload(ctx, token, payload)
-	if errors.Is(err, ErrLost) {
+	if errors.Is(err, lease.ErrLost) {
 		s.tokens.forget(token)
 	}
 	return storeError("updating lease payload", "payload", err)
@@ -47,10 +48,10 @@ func (s *Service) UpdatePayload(ctx context.Context, token string, payload map[s
 
 // Release gives the lease back. It is idempotent: the outcome is ReleaseOK when this call
 // released it, ReleaseAlreadyReleased when it was gone already (released, reaped or revoked),
-// and ReleaseError with an *UnavailableError when the store failed.
+// and ReleaseError with an *lease.UnavailableError when the store failed.
 func (s *Service) Release(ctx context.Context, token string) (string, error) {
 	if !ValidToken(token) {
-		return ReleaseError, invalid("token", "is not a valid lease token")
+		return ReleaseError, lease.Invalid("token", "is not a valid lease token")
 	}
 	released, err := s.store.Release(ctx, token)
 	label := s.tokens.get(token)

@@ -1,4 +1,4 @@
-// Package admission is the consumer contract of the lease system (specification §3): acquire
+// Package leasing is the consumer contract of the lease system (specification §3): acquire
 // with waiting, check-at-use, payload update and idempotent release, on top of the store
 // (internal/leasestore) and the merged definitions (internal/definition).
 //
@@ -8,11 +8,11 @@
 // handing the reaped holders to the RevocationListener asynchronously) and waits with
 // jittered polling until min(waitMs, the request's waitMs, the context's deadline). While
 // waiting it reads (Store.Probe) and goes down the write path only when every level shows
-// room: waiting costs reads, not writes. Outcomes are a Lease or a typed error: *BusyError
-// (ErrBusy), *UnavailableError (ErrUnavailable, fail closed), *InvalidError (ErrInvalid,
-// naming the field); Check reports ErrLost.
+// room: waiting costs reads, not writes. Outcomes are a Lease or a typed error: *lease.BusyError
+// (lease.ErrBusy), *lease.UnavailableError (lease.ErrUnavailable, fail closed), *lease.InvalidError (lease.ErrInvalid,
+// naming the field); Check reports lease.ErrLost.
 //
 // Metrics follow specification §8 (internal/metrics). Tenant and user IDs never become
 // label values: inline resources are labelled "mcp-inline", and the number of distinct
 // resource labels is bounded.
-package admission
+package leasing

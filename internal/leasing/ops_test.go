@@ -1,4 +1,4 @@
-package admission_test
+package leasing_test
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
@@ -26,13 +27,13 @@ func TestCheckIsLostAfterRevoke(t *testing.T) {
 		t.Fatalf("revoke: %v %v", ok, err)
 	}
 	err := e.svc.Check(ctx, l.Token)
-	if !errors.Is(err, admission.ErrLost) || errors.Is(err, admission.ErrUnavailable) {
+	if !errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("check after revoke = %v, want lost", err)
 	}
-	if err := e.svc.UpdatePayload(ctx, l.Token, map[string]string{"jobId": "1"}); !errors.Is(err, admission.ErrLost) {
+	if err := e.svc.UpdatePayload(ctx, l.Token, map[string]string{"jobId": "1"}); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("payload after revoke = %v, want lost", err)
 	}
-	if out, err := e.svc.Release(ctx, l.Token); err != nil || out != admission.ReleaseAlreadyReleased {
+	if out, err := e.svc.Release(ctx, l.Token); err != nil || out != leasing.ReleaseAlreadyReleased {
 		t.Errorf("release after revoke = %q, %v; want already-released", out, err)
 	}
 	if got := counter(e.metrics.Check, "tex2pdf", metrics.CheckOK); got != 1 {
@@ -42,7 +43,7 @@ func TestCheckIsLostAfterRevoke(t *testing.T) {
 		t.Errorf("check{tex2pdf,lost} = %v, want 1", got)
 	}
 	// The lost check forgot the token: the release is labelled unknown.
-	if got := counter(e.metrics.Release, admission.LabelUnknown, metrics.ReleaseAlreadyReleased); got != 1 {
+	if got := counter(e.metrics.Release, leasing.LabelUnknown, metrics.ReleaseAlreadyReleased); got != 1 {
 		t.Errorf("release{unknown,already-released} = %v, want 1", got)
 	}
 }
@@ -59,7 +60,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 		}
 		outs = append(outs, out)
 	}
-	want := []string{admission.ReleaseOK, admission.ReleaseAlreadyReleased, admission.ReleaseAlreadyReleased}
+	want := []string{leasing.ReleaseOK, leasing.ReleaseAlreadyReleased, leasing.ReleaseAlreadyReleased}
 	if diff := cmp.Diff(want, outs); diff != "" {
 		t.Errorf("release outcomes (-want +got):\n%s", diff)
 	}
@@ -70,7 +71,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 	if got := counter(e.metrics.Release, "tex2pdf", metrics.ReleaseOK); got != 1 {
 		t.Errorf("release{tex2pdf,ok} = %v, want 1", got)
 	}
-	if got := counter(e.metrics.Release, admission.LabelUnknown, metrics.ReleaseAlreadyReleased); got != 2 {
+	if got := counter(e.metrics.Release, leasing.LabelUnknown, metrics.ReleaseAlreadyReleased); got != 2 {
 		t.Errorf("release{unknown,already-released} = %v, want 2", got)
 	}
 }
@@ -92,13 +93,13 @@ func TestUpdatePayload(t *testing.T) {
 	bad := map[string]map[string]string{
 		"dotted key":  {"a.b": "x"},
 		"dollar key":  {"$set": "x"},
-		"huge value":  {"k": strings.Repeat("x", admission.MaxPayloadValueBytes+1)},
-		"too many":    manyEntries(admission.MaxPayloadEntries + 1),
+		"huge value":  {"k": strings.Repeat("x", leasing.MaxPayloadValueBytes+1)},
+		"too many":    manyEntries(leasing.MaxPayloadEntries + 1),
 		"invalid utf": {"k": "\xff"},
 	}
 	for name, p := range bad {
 		err := e.svc.UpdatePayload(ctx, l.Token, p)
-		var inv *admission.InvalidError
+		var inv *lease.InvalidError
 		if !errors.As(err, &inv) || inv.Field != "payload" {
 			t.Errorf("%s: update = %v, want invalid payload", name, err)
 		}
@@ -122,45 +123,45 @@ func manyEntries(n int) map[string]string {
 
 func TestInvalidRequestsWriteNothing(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", global: 1, user: 1, ttlSeconds: 60}}, envOpts{})
-	mod := func(f func(*admission.Request)) admission.Request {
+	mod := func(f func(*leasing.Request)) leasing.Request {
 		r := req("tex", "acme", "p", "u")
 		f(&r)
 		return r
 	}
 	cases := map[string]struct {
-		req       admission.Request
+		req       leasing.Request
 		wantField string
 	}{
-		"no type":            {mod(func(r *admission.Request) { r.Type = "" }), "type"},
-		"unregistered type":  {mod(func(r *admission.Request) { r.Type = "pdf" }), "type"},
-		"bad lease name":     {mod(func(r *admission.Request) { r.Lease = "../etc" }), "lease"},
-		"long lease name":    {mod(func(r *admission.Request) { r.Lease = strings.Repeat("a", 65) }), "lease"},
-		"lease and inline":   {mod(func(r *admission.Request) { r.Inline = &definition.InlineSpec{Name: "x"} }), "inline"},
-		"no tenant":          {mod(func(r *admission.Request) { r.Tenant = "" }), "tenant"},
-		"bad tenant":         {mod(func(r *admission.Request) { r.Tenant = "a|b" }), "tenant"},
-		"no project":         {mod(func(r *admission.Request) { r.Project = "" }), "project"},
-		"bad project":        {mod(func(r *admission.Request) { r.Project = "p/q" }), "project"},
-		"bad user":           {mod(func(r *admission.Request) { r.User = "u/v" }), "user"},
-		"user level no user": {mod(func(r *admission.Request) { r.User = "" }), "user"},
-		"holderRef control":  {mod(func(r *admission.Request) { r.HolderRef = "a\nb" }), "holderRef"},
-		"holderRef long":     {mod(func(r *admission.Request) { r.HolderRef = strings.Repeat("h", 257) }), "holderRef"},
-		"bad pod":            {mod(func(r *admission.Request) { r.Pod.Name = "Pod_A" }), "pod"},
-		"payload key":        {mod(func(r *admission.Request) { r.Payload = map[string]string{"a.b": "c"} }), "payload"},
-		"payload too many":   {mod(func(r *admission.Request) { r.Payload = manyEntries(33) }), "payload"},
-		"negative wait":      {mod(func(r *admission.Request) { r.Wait = waitFor(-time.Second) }), "waitMs"},
-		"inline global cap": {mod(func(r *admission.Request) {
+		"no type":            {mod(func(r *leasing.Request) { r.Type = "" }), "type"},
+		"unregistered type":  {mod(func(r *leasing.Request) { r.Type = "pdf" }), "type"},
+		"bad lease name":     {mod(func(r *leasing.Request) { r.Lease = "../etc" }), "lease"},
+		"long lease name":    {mod(func(r *leasing.Request) { r.Lease = strings.Repeat("a", 65) }), "lease"},
+		"lease and inline":   {mod(func(r *leasing.Request) { r.Inline = &definition.InlineSpec{Name: "x"} }), "inline"},
+		"no tenant":          {mod(func(r *leasing.Request) { r.Tenant = "" }), "tenant"},
+		"bad tenant":         {mod(func(r *leasing.Request) { r.Tenant = "a|b" }), "tenant"},
+		"no project":         {mod(func(r *leasing.Request) { r.Project = "" }), "project"},
+		"bad project":        {mod(func(r *leasing.Request) { r.Project = "p/q" }), "project"},
+		"bad user":           {mod(func(r *leasing.Request) { r.User = "u/v" }), "user"},
+		"user level no user": {mod(func(r *leasing.Request) { r.User = "" }), "user"},
+		"holderRef control":  {mod(func(r *leasing.Request) { r.HolderRef = "a\nb" }), "holderRef"},
+		"holderRef long":     {mod(func(r *leasing.Request) { r.HolderRef = strings.Repeat("h", 257) }), "holderRef"},
+		"bad pod":            {mod(func(r *leasing.Request) { r.Pod.Name = "Pod_A" }), "pod"},
+		"payload key":        {mod(func(r *leasing.Request) { r.Payload = map[string]string{"a.b": "c"} }), "payload"},
+		"payload too many":   {mod(func(r *leasing.Request) { r.Payload = manyEntries(33) }), "payload"},
+		"negative wait":      {mod(func(r *leasing.Request) { r.Wait = waitFor(-time.Second) }), "waitMs"},
+		"inline global cap": {mod(func(r *leasing.Request) {
 			r.Lease, r.Inline = "", &definition.InlineSpec{Name: "b", Levels: definition.Levels{Global: ptr(int32(3))}}
 		}), "inline.levels.global"},
-		"inline resource": {mod(func(r *admission.Request) {
+		"inline resource": {mod(func(r *leasing.Request) {
 			r.Lease, r.Inline = "", &definition.InlineSpec{Name: "b", Resource: ptr("tex2pdf")}
 		}), "inline.resource"},
-		"inline without name": {mod(func(r *admission.Request) { r.Lease, r.Inline = "", &definition.InlineSpec{} }), "inline.name"},
+		"inline without name": {mod(func(r *leasing.Request) { r.Lease, r.Inline = "", &definition.InlineSpec{} }), "inline.name"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := e.svc.Acquire(ctxT(t), tc.req)
-			var inv *admission.InvalidError
-			if !errors.As(err, &inv) || !errors.Is(err, admission.ErrInvalid) {
+			var inv *lease.InvalidError
+			if !errors.As(err, &inv) || !errors.Is(err, lease.ErrInvalid) {
 				t.Fatalf("acquire = %v, want *InvalidError", err)
 			}
 			if inv.Field != tc.wantField {
@@ -179,7 +180,7 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 		func(tok string) error { _, err := e.svc.Release(ctxT(t), tok); return err },
 		func(tok string) error { return e.svc.UpdatePayload(ctxT(t), tok, nil) },
 	} {
-		if err := op("not a token!"); !errors.Is(err, admission.ErrInvalid) {
+		if err := op("not a token!"); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("operation on a malformed token = %v, want invalid", err)
 		}
 	}
@@ -191,11 +192,11 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 func TestWaitingCostsReadsNotWrites(t *testing.T) {
 	fc := testingclock.NewFakeClock(time.Now())
 	e := newEnv(t, []leaseDef{{name: "tex", project: 1, global: 5, ttlSeconds: 3600, waitMs: 60000}},
-		envOpts{clock: fc, svcOpts: []admission.Option{admission.WithPollInterval(10*time.Millisecond, 100*time.Millisecond)}})
+		envOpts{clock: fc, svcOpts: []leasing.Option{leasing.WithPollInterval(10*time.Millisecond, 100*time.Millisecond)}})
 	held := mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))
 
 	type result struct {
-		l   admission.Lease
+		l   leasing.Lease
 		err error
 	}
 	done := make(chan result, 1)
@@ -238,7 +239,7 @@ func TestWaitingCostsReadsNotWrites(t *testing.T) {
 		t.Errorf("the first attempt wrote nothing; it must try the funnel")
 	}
 
-	if out, err := e.svc.Release(ctxT(t), held.Token); err != nil || out != admission.ReleaseOK {
+	if out, err := e.svc.Release(ctxT(t), held.Token); err != nil || out != leasing.ReleaseOK {
 		t.Fatalf("release: %q %v", out, err)
 	}
 	select {
@@ -275,21 +276,21 @@ func TestTokenLabelsNeedNoStoreRead(t *testing.T) {
 		t.Errorf("check{tex2pdf,ok} = %v, want 1", got)
 	}
 	// Another process (service) did not hand out the token: label unknown.
-	other := admission.NewService(e.store, definition.NewResolver(nil, e.source), admission.NewStaticTypes("tex"), nil, nil, e.metrics)
+	other := leasing.NewService(e.store, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex"), nil, nil, e.metrics)
 	if err := other.Check(ctxT(t), l.Token); err != nil {
 		t.Fatal(err)
 	}
-	if got := counter(e.metrics.Check, admission.LabelUnknown, metrics.CheckOK); got != 1 {
+	if got := counter(e.metrics.Check, leasing.LabelUnknown, metrics.CheckOK); got != 1 {
 		t.Errorf("check{unknown,ok} = %v, want 1", got)
 	}
 }
 
 func TestBoundedResourceLabels(t *testing.T) {
-	e := newEnv(t, nil, envOpts{svcOpts: []admission.Option{admission.WithMaxResourceLabels(2)}})
+	e := newEnv(t, nil, envOpts{svcOpts: []leasing.Option{leasing.WithMaxResourceLabels(2)}})
 	for _, name := range []string{"a", "b", "c", "d", "a"} {
 		mustAcquire(t, e.svc, req(name, "acme", "p", "u")) // no documents: NOOP
 	}
-	for label, want := range map[string]float64{"a": 2, "b": 1, admission.LabelOther: 2} {
+	for label, want := range map[string]float64{"a": 2, "b": 1, leasing.LabelOther: 2} {
 		if got := counter(e.metrics.Acquire, label, metrics.AcquireNoop); got != want {
 			t.Errorf("acquire{%s,noop} = %v, want %v", label, got, want)
 		}

@@ -1,4 +1,4 @@
-package admission
+package leasing
 
 import (
 	"context"
@@ -10,21 +10,22 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
 // Store is the part of the lease store the admission service uses.
 type Store interface {
-	// Acquire makes one attempt at the funnel: a *leasestore.BusyError when a level is full.
-	Acquire(ctx context.Context, req leasestore.AcquireRequest) (leasestore.Holder, error)
+	// Acquire makes one attempt at the funnel: a *lease.BusyError when a level is full.
+	Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error)
 	// Probe reads the funnel's counters and returns the first visibly full level, or nil.
-	Probe(ctx context.Context, resource string, caps []leasestore.LevelCap, tenant, project, user string) (*leasestore.BusyError, error)
+	Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error)
 	Touch(ctx context.Context, token string) error
 	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
 	Release(ctx context.Context, token string) (released bool, err error)
 	// ReapIdle deletes the idle holders of resource and returns them.
-	ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error)
+	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)
@@ -51,7 +52,7 @@ type TypeRegistry interface {
 // The listener counts the holders in vance_lease_reap_total{reason} (the dispatcher does so
 // for every reap path); without a listener the service counts its lazy reaps itself.
 type RevocationListener interface {
-	Revoked(ctx context.Context, reason string, holders []leasestore.Holder)
+	Revoked(ctx context.Context, reason string, holders []lease.Holder)
 }
 
 // StaticTypes is a TypeRegistry of a fixed set of types.
@@ -117,7 +118,7 @@ type config struct {
 
 // IdleReaper runs the lazy idle sweep of one resource and returns the holders it reaped for
 // this service to hand to its listener (none when the reaper dispatched them itself).
-type IdleReaper func(ctx context.Context, resource string) ([]leasestore.Holder, error)
+type IdleReaper func(ctx context.Context, resource string) ([]lease.Holder, error)
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's
@@ -224,7 +225,7 @@ func (s *Service) Drain(ctx context.Context) error {
 
 // dispatch hands reaped holders to the listener on its own goroutine: the acquiring call
 // never waits for handlers.
-func (s *Service) dispatch(ctx context.Context, reason string, holders []leasestore.Holder) {
+func (s *Service) dispatch(ctx context.Context, reason string, holders []lease.Holder) {
 	log := logf.FromContext(ctx)
 	if s.listener == nil {
 		for _, h := range holders {

@@ -1,4 +1,4 @@
-package webhook_test
+package inject_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/vancetope/lease-operator/internal/webhook"
+	"github.com/vancetope/lease-operator/internal/inject"
 )
 
 // newPod is a pod with one app container and the given annotations.
@@ -35,7 +35,7 @@ func stored(ctx context.Context, pod *corev1.Pod) *corev1.Pod {
 func agents(pod *corev1.Pod) []corev1.Container {
 	var out []corev1.Container
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		if c.Name == webhook.AgentContainerName {
+		if c.Name == inject.AgentContainerName {
 			out = append(out, c)
 		}
 	}
@@ -53,7 +53,7 @@ func envByName(c corev1.Container) map[string]corev1.EnvVar {
 	return env
 }
 
-var injectTrue = map[string]string{webhook.AnnotationInject: "true"}
+var injectTrue = map[string]string{inject.AnnotationInject: "true"}
 
 var _ = Describe("Lease agent injection", func() {
 	var ns string
@@ -96,13 +96,13 @@ var _ = Describe("Lease agent injection", func() {
 		Expect(agent.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
 		Expect(agent.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
 
-		Expect(got.Labels).To(HaveKeyWithValue(webhook.LabelAgent, "true"))
+		Expect(got.Labels).To(HaveKeyWithValue(inject.LabelAgent, "true"))
 		Expect(envByName(got.Spec.Containers[0])).To(HaveKeyWithValue("LEASE_AGENT_URL",
 			corev1.EnvVar{Name: "LEASE_AGENT_URL", Value: "http://127.0.0.1:8090"}))
 	})
 
 	It("reads the store from the Secret the pod names", func(ctx SpecContext) {
-		pod := newPod(ns, map[string]string{webhook.AnnotationInject: "true", webhook.AnnotationStoreSecret: "tex-store"})
+		pod := newPod(ns, map[string]string{inject.AnnotationInject: "true", inject.AnnotationStoreSecret: "tex-store"})
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 
 		ref := envByName(agents(stored(ctx, pod))[0])["MONGODB_URI"].ValueFrom.SecretKeyRef
@@ -135,12 +135,12 @@ var _ = Describe("Lease agent injection", func() {
 
 			got := stored(ctx, pod)
 			Expect(got.Spec.InitContainers).To(BeEmpty())
-			Expect(got.Labels).NotTo(HaveKey(webhook.LabelAgent))
+			Expect(got.Labels).NotTo(HaveKey(inject.LabelAgent))
 			Expect(got.Spec.Containers).To(HaveLen(1))
 			Expect(got.Spec.Containers[0].Env).To(BeEmpty())
 		},
 		Entry("no annotation", nil),
-		Entry(`annotation "false"`, map[string]string{webhook.AnnotationInject: "false"}),
+		Entry(`annotation "false"`, map[string]string{inject.AnnotationInject: "false"}),
 	)
 
 	It("does not inject a second agent when the pod is updated or created again from its own manifest", func(ctx SpecContext) {
@@ -175,7 +175,7 @@ var _ = Describe("Lease agent injection", func() {
 	})
 
 	It("rejects an invalid inject annotation with a clear message and writes nothing", func(ctx SpecContext) {
-		pod := newPod(ns, map[string]string{webhook.AnnotationInject: "yes"})
+		pod := newPod(ns, map[string]string{inject.AnnotationInject: "yes"})
 		pod.GenerateName, pod.Name = "", "typo"
 		err := k8sClient.Create(ctx, pod)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want an Invalid error, got %v", err)
@@ -204,7 +204,7 @@ var _ = Describe("Lease agent injection", func() {
 
 		got := stored(ctx, pod)
 		Expect(agents(got)).To(BeEmpty())
-		Expect(got.Labels).NotTo(HaveKey(webhook.LabelAgent))
+		Expect(got.Labels).NotTo(HaveKey(inject.LabelAgent))
 	})
 
 	It("when the webhook is down, holds back only the pods that asked for the agent", func(ctx SpecContext) {
@@ -218,7 +218,7 @@ var _ = Describe("Lease agent injection", func() {
 		for i := range down.Webhooks {
 			h := &down.Webhooks[i]
 			h.ClientConfig.Service = nil
-			h.ClientConfig.URL = ptr.To("https://127.0.0.1:1" + webhook.MutatePodPath)
+			h.ClientConfig.URL = ptr.To("https://127.0.0.1:1" + inject.MutatePodPath)
 			h.NamespaceSelector.MatchExpressions = append(h.NamespaceSelector.MatchExpressions, metav1.LabelSelectorRequirement{
 				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns},
 			})
@@ -236,6 +236,6 @@ var _ = Describe("Lease agent injection", func() {
 
 		By("admitting pods that did not ask for the agent (matchConditions)")
 		Expect(k8sClient.Create(ctx, newPod(ns, nil))).To(Succeed())
-		Expect(k8sClient.Create(ctx, newPod(ns, map[string]string{webhook.AnnotationInject: "false"}))).To(Succeed())
+		Expect(k8sClient.Create(ctx, newPod(ns, map[string]string{inject.AnnotationInject: "false"}))).To(Succeed())
 	})
 })

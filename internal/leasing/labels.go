@@ -1,4 +1,4 @@
-package admission
+package leasing
 
 import (
 	"container/list"

@@ -1,4 +1,4 @@
-package admission_test
+package leasing_test
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
 
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -124,7 +125,7 @@ func (m *memSource) fail(err error) {
 // revoked is one call of the listener.
 type revoked struct {
 	reason  string
-	holders []leasestore.Holder
+	holders []lease.Holder
 }
 
 // chanListener records revocations; with block set, each call waits until block is closed.
@@ -135,21 +136,21 @@ type chanListener struct {
 
 func newListener() *chanListener { return &chanListener{calls: make(chan revoked, 16)} }
 
-func (l *chanListener) Revoked(_ context.Context, reason string, holders []leasestore.Holder) {
+func (l *chanListener) Revoked(_ context.Context, reason string, holders []lease.Holder) {
 	l.calls <- revoked{reason: reason, holders: holders}
 	if l.block != nil {
 		<-l.block
 	}
 }
 
-var _ admission.RevocationListener = (*chanListener)(nil)
+var _ leasing.RevocationListener = (*chanListener)(nil)
 
 // env is a service over a real store in a fresh database.
 type env struct {
 	store    *leasestore.Store
 	cmds     *commands
 	source   *memSource
-	svc      *admission.Service
+	svc      *leasing.Service
 	metrics  *metrics.Metrics
 	listener *chanListener
 }
@@ -157,7 +158,7 @@ type env struct {
 type envOpts struct {
 	clock      clock.WithTicker
 	storeOpts  []leasestore.Option
-	svcOpts    []admission.Option
+	svcOpts    []leasing.Option
 	uri        string
 	noListener bool
 }
@@ -197,11 +198,11 @@ func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
 		_ = s.Close(ctx)
 	})
 	e.metrics = metrics.New(prometheus.NewRegistry())
-	var l admission.RevocationListener = e.listener
+	var l leasing.RevocationListener = e.listener
 	if o.noListener {
 		l = nil
 	}
-	e.svc = admission.NewService(s, definition.NewResolver(nil, e.source), admission.NewStaticTypes("tex", "mcp"),
+	e.svc = leasing.NewService(s, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex", "mcp"),
 		l, o.clock, e.metrics, o.svcOpts...)
 	return e
 }
@@ -213,14 +214,14 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func req(lease, tenant, project, user string) admission.Request {
-	return admission.Request{Type: "tex", Lease: lease, Tenant: tenant, Project: project, User: user,
-		HolderRef: "job-1", Pod: leasestore.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}, PodBound: true}
+func req(name, tenant, project, user string) leasing.Request {
+	return leasing.Request{Type: "tex", Lease: name, Tenant: tenant, Project: project, User: user,
+		HolderRef: "job-1", Pod: lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}, PodBound: true}
 }
 
 func waitFor(d time.Duration) *time.Duration { return &d }
 
-func mustAcquire(t testing.TB, svc *admission.Service, r admission.Request) admission.Lease {
+func mustAcquire(t testing.TB, svc *leasing.Service, r leasing.Request) leasing.Lease {
 	t.Helper()
 	l, err := svc.Acquire(context.Background(), r)
 	if err != nil {
@@ -229,20 +230,20 @@ func mustAcquire(t testing.TB, svc *admission.Service, r admission.Request) admi
 	return l
 }
 
-func asBusy(t testing.TB, err error) *admission.BusyError {
+func asBusy(t testing.TB, err error) *lease.BusyError {
 	t.Helper()
-	var b *admission.BusyError
-	if !errors.As(err, &b) || !errors.Is(err, admission.ErrBusy) {
+	var b *lease.BusyError
+	if !errors.As(err, &b) || !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("error = %v, want *BusyError satisfying ErrBusy", err)
 	}
-	if errors.Is(err, admission.ErrUnavailable) {
+	if errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("busy error %v also reports unavailable", err)
 	}
 	return b
 }
 
 // holdersAndCounters reads the store's state.
-func holdersAndCounters(t testing.TB, s *leasestore.Store) ([]leasestore.Holder, []leasestore.Counter) {
+func holdersAndCounters(t testing.TB, s *leasestore.Store) ([]lease.Holder, []lease.Counter) {
 	t.Helper()
 	ctx := ctxT(t)
 	hs, err := s.ListHolders(ctx, leasestore.HolderFilter{})

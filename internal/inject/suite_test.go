@@ -1,4 +1,4 @@
-package webhook_test
+package inject_test
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/vancetope/lease-operator/internal/inject"
 	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
-	"github.com/vancetope/lease-operator/internal/webhook"
 )
 
 // agentImage is the image the suite's webhook injects.
@@ -83,7 +83,7 @@ var _ = BeforeSuite(func() {
 		}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(webhook.SetupWebhookWithManager(mgr, webhook.Config{Image: agentImage})).To(Succeed())
+	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage})).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel

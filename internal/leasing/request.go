@@ -1,4 +1,4 @@
-package admission
+package leasing
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // Request is one acquisition (specification §3, LeaseRequest).
@@ -24,7 +24,7 @@ type Request struct {
 	// HolderRef is the consumer's reference (process, job, session).
 	HolderRef string
 	// Pod is the holder's pod; empty when the server does not know it (only idle reap applies).
-	Pod leasestore.PodRef
+	Pod lease.PodRef
 	// PodBound tells the reaper that the resource dies with the holder's pod.
 	PodBound bool
 	// Payload is what the handler needs for cleanup; updatable later.
@@ -51,7 +51,7 @@ type Lease struct {
 
 // LevelInfo is one booked level of a lease.
 type LevelInfo struct {
-	Level leasestore.Level
+	Level lease.Level
 	Scope string
 	Cap   int
 }
@@ -86,31 +86,31 @@ func ValidToken(token string) bool { return tokenPattern.MatchString(token) }
 func (s *Service) validate(req Request) error {
 	switch {
 	case req.Type == "":
-		return invalid("type", "is required")
+		return lease.Invalid("type", "is required")
 	case !typePattern.MatchString(req.Type):
-		return invalid("type", "%q is not a valid lease type", truncate(req.Type))
+		return lease.Invalid("type", "%q is not a valid lease type", truncate(req.Type))
 	case s.types == nil || !s.types.Has(req.Type):
-		return invalid("type", "no handler is registered for lease type %q", req.Type)
+		return lease.Invalid("type", "no handler is registered for lease type %q", req.Type)
 	case req.Inline != nil && req.Lease != "":
-		return invalid("inline", "lease and inline are mutually exclusive")
+		return lease.Invalid("inline", "lease and inline are mutually exclusive")
 	}
 	if req.Lease != "" && req.Lease != definition.NoneReference && !definition.ValidName(req.Lease) {
-		return invalid("lease", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(req.Lease))
+		return lease.Invalid("lease", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(req.Lease))
 	}
 	if req.Tenant == "" {
-		return invalid("tenant", "is required")
+		return lease.Invalid("tenant", "is required")
 	}
 	if req.Project == "" {
-		return invalid("project", "is required")
+		return lease.Invalid("project", "is required")
 	}
 	if err := definition.ValidateScope(req.Tenant, req.Project); err != nil {
 		return definitionError("validating scope", err)
 	}
 	if req.User != "" && !userPattern.MatchString(req.User) {
-		return invalid("user", "%q is not a valid user ID", truncate(req.User))
+		return lease.Invalid("user", "%q is not a valid user ID", truncate(req.User))
 	}
 	if len(req.HolderRef) > MaxHolderRefBytes || !printable(req.HolderRef) {
-		return invalid("holderRef", "must be printable UTF-8 of at most %d bytes", MaxHolderRefBytes)
+		return lease.Invalid("holderRef", "must be printable UTF-8 of at most %d bytes", MaxHolderRefBytes)
 	}
 	if err := validatePod(req.Pod); err != nil {
 		return err
@@ -119,31 +119,31 @@ func (s *Service) validate(req Request) error {
 		return err
 	}
 	if req.Wait != nil && (*req.Wait < 0 || *req.Wait > MaxWait) {
-		return invalid("waitMs", "must be between 0 and %d", MaxWait.Milliseconds())
+		return lease.Invalid("waitMs", "must be between 0 and %d", MaxWait.Milliseconds())
 	}
 	return nil
 }
 
-func validatePod(p leasestore.PodRef) error {
-	if p == (leasestore.PodRef{}) {
+func validatePod(p lease.PodRef) error {
+	if p == (lease.PodRef{}) {
 		return nil
 	}
 	if !podPattern.MatchString(p.Namespace) || !podPattern.MatchString(p.Name) || len(p.UID) > 128 || !printable(p.UID) {
-		return invalid("pod", "%q (uid %q) is not a valid pod", truncate(p.String()), truncate(p.UID))
+		return lease.Invalid("pod", "%q (uid %q) is not a valid pod", truncate(p.String()), truncate(p.UID))
 	}
 	return nil
 }
 
 func validatePayload(payload map[string]string) error {
 	if len(payload) > MaxPayloadEntries {
-		return invalid("payload", "has %d entries, at most %d", len(payload), MaxPayloadEntries)
+		return lease.Invalid("payload", "has %d entries, at most %d", len(payload), MaxPayloadEntries)
 	}
 	for k, v := range payload {
 		if !payloadKeyPattern.MatchString(k) {
-			return invalid("payload", "key %q is not valid (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(k))
+			return lease.Invalid("payload", "key %q is not valid (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(k))
 		}
 		if len(v) > MaxPayloadValueBytes || !utf8.ValidString(v) {
-			return invalid("payload", "value of %q must be UTF-8 of at most %d bytes", k, MaxPayloadValueBytes)
+			return lease.Invalid("payload", "value of %q must be UTF-8 of at most %d bytes", k, MaxPayloadValueBytes)
 		}
 	}
 	return nil

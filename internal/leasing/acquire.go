@@ -1,4 +1,4 @@
-package admission
+package leasing
 
 import (
 	"context"
@@ -8,21 +8,22 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
 // Acquire obtains a lease (specification §3). It validates the request, resolves the
 // definition (NOOP without store traffic when no lease or no cap applies), and waits for a
-// slot at most min(definition wait, req.Wait, ctx deadline). Errors: *InvalidError,
-// *BusyError, *UnavailableError.
+// slot at most min(definition wait, req.Wait, ctx deadline). Errors: *lease.InvalidError,
+// *lease.BusyError, *lease.UnavailableError.
 func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err := s.validate(req); err != nil {
 		return Lease{}, err
 	}
 	def, err := s.resolve(ctx, req)
 	if err != nil {
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, lease.ErrUnavailable) {
 			s.metrics.Acquire.WithLabelValues(s.labels.of(req.Lease), metrics.AcquireUnavailable).Inc()
 		}
 		return Lease{}, err
@@ -32,7 +33,7 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 		return Lease{NoOp: true, Name: def.Name, Resource: def.Resource}, nil
 	}
 	if def.Caps.User > 0 && req.User == "" {
-		return Lease{}, invalid("user", "is required: lease %s caps the user level", def.Name)
+		return Lease{}, lease.Invalid("user", "is required: lease %s caps the user level", def.Name)
 	}
 
 	wait := def.Wait
@@ -58,7 +59,7 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 	start := s.clk.Now()
 	h, err := s.acquire(ctx, sreq, start.Add(wait))
 	waited := s.clk.Since(start)
-	var busy *BusyError
+	var busy *lease.BusyError
 	switch {
 	case err == nil:
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireSuccess).Inc()
@@ -69,21 +70,21 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireBusy).Inc()
 		s.metrics.AcquireWait.WithLabelValues(label).Observe(waited.Seconds())
 		return Lease{}, err
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, lease.ErrInvalid):
 		return Lease{}, err
 	default:
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireUnavailable).Inc()
 		return Lease{}, err
 	}
-	lease := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL}
-	for _, l := range leasestore.Levels { // narrow to wide
+	granted := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL}
+	for _, l := range lease.Levels { // narrow to wide
 		for _, c := range caps {
 			if c.Level == l {
-				lease.Levels = append(lease.Levels, LevelInfo{Level: l, Scope: leasestore.ScopeOf(l, req.Tenant, req.Project, req.User), Cap: c.Cap})
+				granted.Levels = append(granted.Levels, LevelInfo{Level: l, Scope: lease.ScopeOf(l, req.Tenant, req.Project, req.User), Cap: c.Cap})
 			}
 		}
 	}
-	return lease, nil
+	return granted, nil
 }
 
 // resolve returns the definition of a name reference or an inline definition.
@@ -105,17 +106,17 @@ func (s *Service) resolve(ctx context.Context, req Request) (definition.Definiti
 	return d, nil
 }
 
-func capsOf(c definition.Caps) []leasestore.LevelCap {
-	var out []leasestore.LevelCap
+func capsOf(c definition.Caps) []lease.LevelCap {
+	var out []lease.LevelCap
 	for _, l := range []struct {
-		level leasestore.Level
+		level lease.Level
 		cap   int
 	}{
-		{leasestore.LevelUser, c.User}, {leasestore.LevelProject, c.Project},
-		{leasestore.LevelTenant, c.Tenant}, {leasestore.LevelGlobal, c.Global},
+		{lease.LevelUser, c.User}, {lease.LevelProject, c.Project},
+		{lease.LevelTenant, c.Tenant}, {lease.LevelGlobal, c.Global},
 	} {
 		if l.cap > 0 {
-			out = append(out, leasestore.LevelCap{Level: l.level, Cap: l.cap})
+			out = append(out, lease.LevelCap{Level: l.level, Cap: l.cap})
 		}
 	}
 	return out
@@ -125,7 +126,7 @@ func capsOf(c definition.Caps) []leasestore.LevelCap {
 // lazy sweep and, if it reaped, one more attempt) is bounded by ctx and the store's own
 // timeout; every later round is bounded by the deadline. While waiting it probes (reads)
 // and writes only when every level shows room.
-func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time) (leasestore.Holder, error) {
+func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time) (lease.Holder, error) {
 	op := "acquiring " + req.Resource
 	h, err := s.store.Acquire(ctx, req)
 	busy, err := s.outcome(op, err)
@@ -142,21 +143,21 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 	for poll := 0; ; poll++ {
 		remaining := deadline.Sub(s.clk.Now())
 		if remaining <= 0 {
-			return leasestore.Holder{}, busy
+			return lease.Holder{}, busy
 		}
 		pause := min(pollDelay(poll, s.cfg.pollMin, s.cfg.pollMax, s.cfg.random()), remaining)
 		if !s.sleep(ctx, pause) {
 			busy.Err = ctx.Err()
-			return leasestore.Holder{}, busy
+			return lease.Holder{}, busy
 		}
 		remaining = deadline.Sub(s.clk.Now())
 		if remaining <= 0 {
-			return leasestore.Holder{}, busy
+			return lease.Holder{}, busy
 		}
 		h, full, err := s.poll(ctx, req, remaining, busy)
 		switch {
 		case err != nil:
-			return leasestore.Holder{}, err
+			return lease.Holder{}, err
 		case full != nil:
 			busy = full
 		default:
@@ -170,16 +171,16 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 // It returns the holder, or the busy diagnosis, or an error. A round cut short by the
 // deadline or by ctx reports busy with the last diagnosis it has.
 func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
-	last *BusyError) (leasestore.Holder, *BusyError, error) {
+	last *lease.BusyError) (lease.Holder, *lease.BusyError, error) {
 	op := "acquiring " + req.Resource
 	rctx, cancel := context.WithTimeout(ctx, remaining)
 	defer cancel()
-	cut := func() (leasestore.Holder, *BusyError, error) {
+	cut := func() (lease.Holder, *lease.BusyError, error) {
 		b := *last
 		b.Err = ctx.Err()
-		return leasestore.Holder{}, nil, &b
+		return lease.Holder{}, nil, &b
 	}
-	var full *leasestore.BusyError
+	var full *lease.BusyError
 	if s.probe {
 		var err error
 		full, err = s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
@@ -187,14 +188,14 @@ func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remai
 			if rctx.Err() != nil {
 				return cut()
 			}
-			return leasestore.Holder{}, nil, storeError(op, "lease", err)
+			return lease.Holder{}, nil, storeError(op, "lease", err)
 		}
 	}
 	if full != nil && s.sweep(rctx, req.Resource) > 0 {
 		full = nil
 	}
 	if full != nil {
-		return leasestore.Holder{}, busyOf(full), nil
+		return lease.Holder{}, busyOf(full), nil
 	}
 	h, err := s.store.Acquire(rctx, req)
 	busy, err := s.outcome(op, err)
@@ -206,8 +207,8 @@ func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remai
 
 // outcome sorts the result of one store attempt: success (nil, nil), busy (diagnosis,
 // nil) or an error.
-func (s *Service) outcome(op string, err error) (*BusyError, error) {
-	var sb *leasestore.BusyError
+func (s *Service) outcome(op string, err error) (*lease.BusyError, error) {
+	var sb *lease.BusyError
 	switch {
 	case err == nil:
 		return nil, nil
@@ -218,8 +219,8 @@ func (s *Service) outcome(op string, err error) (*BusyError, error) {
 	}
 }
 
-func busyOf(b *leasestore.BusyError) *BusyError {
-	return &BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap}
+func busyOf(b *lease.BusyError) *lease.BusyError {
+	return &lease.BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap}
 }
 
 // sweep is the lazy idle sweep of one resource, run when an acquisition finds it full: the

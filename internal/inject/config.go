@@ -1,10 +1,10 @@
-// Package webhook injects the lease agent into workload pods: a mutating admission webhook
+// Package inject injects the lease agent into workload pods: a mutating admission webhook
 // served by the manager adds the agent as a native sidecar to every pod annotated
 // lease.vancetope.io/inject: "true".
 //
 // The mutation is the pure function Inject; the webhook is a thin adapter around it, so the
 // rules of injection can be read (and tested) without an API server.
-package webhook
+package inject
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package admission
+package leasing
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -45,7 +46,7 @@ type countingStore struct {
 	sweeps, sweepRT int64
 }
 
-func (c *countingStore) Probe(ctx context.Context, resource string, caps []leasestore.LevelCap, tenant, project, user string) (*leasestore.BusyError, error) {
+func (c *countingStore) Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error) {
 	r := c.cmds.reads.Load()
 	b, err := c.Store.Probe(ctx, resource, caps, tenant, project, user)
 	c.polls++
@@ -53,7 +54,7 @@ func (c *countingStore) Probe(ctx context.Context, resource string, caps []lease
 	return b, err
 }
 
-func (c *countingStore) Acquire(ctx context.Context, req leasestore.AcquireRequest) (leasestore.Holder, error) {
+func (c *countingStore) Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error) {
 	r, w := c.cmds.reads.Load(), c.cmds.writes.Load()
 	h, err := c.Store.Acquire(ctx, req)
 	dr, dw := c.cmds.reads.Load()-r, c.cmds.writes.Load()-w
@@ -70,7 +71,7 @@ func (c *countingStore) Acquire(ctx context.Context, req leasestore.AcquireReque
 	return h, err
 }
 
-func (c *countingStore) ReapIdle(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+func (c *countingStore) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
 	n := c.cmds.total()
 	hs, err := c.Store.ReapIdle(ctx, resource)
 	c.sweeps++

@@ -1,4 +1,4 @@
-package admission_test
+package leasing_test
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vancetope/lease-operator/internal/admission"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
@@ -20,12 +21,12 @@ func ptr[T any](v T) *T { return &v }
 
 func TestNoopLeaseHasNoStoreTraffic(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "uncapped", ttlSeconds: 60}}, envOpts{})
-	cases := map[string]admission.Request{
+	cases := map[string]leasing.Request{
 		"reference none":         req("none", "acme", "p", "u"),
 		"empty reference":        req("", "acme", "p", "u"),
 		"definition without cap": req("uncapped", "acme", "p", "u"),
 		"name without documents": req("nowhere", "acme", "p", "u"),
-		"inline without cap": func() admission.Request {
+		"inline without cap": func() leasing.Request {
 			r := req("", "acme", "p", "u")
 			r.Inline = &definition.InlineSpec{Name: "browser", TTLSeconds: ptr(int32(30))}
 			return r
@@ -45,10 +46,10 @@ func TestNoopLeaseHasNoStoreTraffic(t *testing.T) {
 	if n := e.cmds.total(); n != 0 {
 		t.Errorf("NOOP acquisitions sent %d store commands (%v), want none", n, e.cmds.n)
 	}
-	if got := counter(e.metrics.Acquire, admission.LabelNone, metrics.AcquireNoop); got != 2 {
+	if got := counter(e.metrics.Acquire, leasing.LabelNone, metrics.AcquireNoop); got != 2 {
 		t.Errorf("acquire{resource=none,outcome=noop} = %v, want 2", got)
 	}
-	if got := counter(e.metrics.Acquire, admission.LabelInline, metrics.AcquireNoop); got != 1 {
+	if got := counter(e.metrics.Acquire, leasing.LabelInline, metrics.AcquireNoop); got != 1 {
 		t.Errorf("acquire{resource=mcp-inline,outcome=noop} = %v, want 1", got)
 	}
 }
@@ -58,30 +59,30 @@ func TestBusyNamesTheFullLevel(t *testing.T) {
 	// shares only the capped level's scope with the first.
 	cases := map[string]struct {
 		def        leaseDef
-		second     admission.Request
-		wantLevel  leasestore.Level
+		second     leasing.Request
+		wantLevel  lease.Level
 		wantScope  string
 		wantBooked []string
 	}{
 		"user": {
 			def:       leaseDef{user: 1, project: 9, tenant: 9, global: 9},
 			second:    req("r", "acme", "other-project", "alice"),
-			wantLevel: leasestore.LevelUser, wantScope: "acme/alice",
+			wantLevel: lease.LevelUser, wantScope: "acme/alice",
 		},
 		"project": {
 			def:       leaseDef{user: 9, project: 1, tenant: 9, global: 9},
 			second:    req("r", "acme", "p1", "bob"),
-			wantLevel: leasestore.LevelProject, wantScope: "acme/p1",
+			wantLevel: lease.LevelProject, wantScope: "acme/p1",
 		},
 		"tenant": {
 			def:       leaseDef{user: 9, project: 9, tenant: 1, global: 9},
 			second:    req("r", "acme", "p2", "bob"),
-			wantLevel: leasestore.LevelTenant, wantScope: "acme",
+			wantLevel: lease.LevelTenant, wantScope: "acme",
 		},
 		"global": {
 			def:       leaseDef{user: 9, project: 9, tenant: 9, global: 1},
 			second:    req("r", "globex", "p1", "alice"),
-			wantLevel: leasestore.LevelGlobal, wantScope: leasestore.GlobalScope,
+			wantLevel: lease.LevelGlobal, wantScope: lease.GlobalScope,
 		},
 	}
 	for name, tc := range cases {
@@ -89,12 +90,12 @@ func TestBusyNamesTheFullLevel(t *testing.T) {
 			tc.def.name, tc.def.resource, tc.def.ttlSeconds = "r", "res-"+name, 60
 			e := newEnv(t, []leaseDef{tc.def}, envOpts{})
 			first := mustAcquire(t, e.svc, req("r", "acme", "p1", "alice"))
-			if len(first.Levels) != 4 || first.Levels[0].Level != leasestore.LevelUser || first.Levels[3].Level != leasestore.LevelGlobal {
+			if len(first.Levels) != 4 || first.Levels[0].Level != lease.LevelUser || first.Levels[3].Level != lease.LevelGlobal {
 				t.Errorf("levels = %+v, want all four narrow to wide", first.Levels)
 			}
 			_, err := e.svc.Acquire(ctxT(t), tc.second)
 			b := asBusy(t, err)
-			want := admission.BusyError{Resource: "res-" + name, Level: tc.wantLevel, Scope: tc.wantScope, Count: 1, Cap: 1}
+			want := lease.BusyError{Resource: "res-" + name, Level: tc.wantLevel, Scope: tc.wantScope, Count: 1, Cap: 1}
 			got := *b
 			got.Waited, got.Err = 0, nil
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -124,7 +125,7 @@ func TestCapOneIsExclusive(t *testing.T) {
 			case err == nil:
 				won.Add(1)
 				tokens <- l.Token
-			case errors.Is(err, admission.ErrBusy):
+			case errors.Is(err, lease.ErrBusy):
 				busy.Add(1)
 			default:
 				t.Errorf("acquire: %v", err)
@@ -138,10 +139,10 @@ func TestCapOneIsExclusive(t *testing.T) {
 	}
 	assertNoDrift(t, e.store)
 	tok := <-tokens
-	if _, err := e.svc.Acquire(ctxT(t), req("ws", "acme", "p", "u")); !errors.Is(err, admission.ErrBusy) {
+	if _, err := e.svc.Acquire(ctxT(t), req("ws", "acme", "p", "u")); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire while held = %v, want busy", err)
 	}
-	if out, err := e.svc.Release(ctxT(t), tok); err != nil || out != admission.ReleaseOK {
+	if out, err := e.svc.Release(ctxT(t), tok); err != nil || out != leasing.ReleaseOK {
 		t.Fatalf("release = %q, %v", out, err)
 	}
 	mustAcquire(t, e.svc, req("ws", "acme", "p", "u"))
@@ -230,7 +231,7 @@ func TestWaitDeadline(t *testing.T) {
 			if elapsed > bound+slack {
 				t.Errorf("busy after %v, want within %v", elapsed, bound+slack)
 			}
-			if b.Level != leasestore.LevelGlobal || b.Count != 1 || b.Cap != 1 {
+			if b.Level != lease.LevelGlobal || b.Count != 1 || b.Cap != 1 {
 				t.Errorf("diagnosis = %+v", b)
 			}
 			if got := counter(e.metrics.Acquire, "x", metrics.AcquireBusy); got != 1 {
@@ -248,27 +249,27 @@ func TestUnavailableFailsClosed(t *testing.T) {
 		ctx := ctxT(t)
 		start := time.Now()
 		_, err := e.svc.Acquire(ctx, req("x", "acme", "p", "u"))
-		if !errors.Is(err, admission.ErrUnavailable) || errors.Is(err, admission.ErrBusy) {
+		if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 			t.Fatalf("acquire with the store down = %v, want unavailable", err)
 		}
-		var ue *admission.UnavailableError
+		var ue *lease.UnavailableError
 		if !errors.As(err, &ue) {
 			t.Errorf("error %T is not an *UnavailableError", err)
 		}
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("acquire took %v with the store down; fail fast, not after the wait", d)
 		}
-		if err := e.svc.Check(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, admission.ErrUnavailable) || errors.Is(err, admission.ErrLost) {
+		if err := e.svc.Check(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrLost) {
 			t.Errorf("check with the store down = %v, want unavailable", err)
 		}
 		out, err := e.svc.Release(ctx, "0123456789abcdef0123456789abcdef")
-		if out != admission.ReleaseError || !errors.Is(err, admission.ErrUnavailable) {
+		if out != leasing.ReleaseError || !errors.Is(err, lease.ErrUnavailable) {
 			t.Errorf("release with the store down = %q, %v; want error, unavailable", out, err)
 		}
 		if got := counter(e.metrics.Acquire, "x", metrics.AcquireUnavailable); got != 1 {
 			t.Errorf("acquire unavailable = %v, want 1", got)
 		}
-		if got := counter(e.metrics.Release, admission.LabelUnknown, metrics.ReleaseError); got != 1 {
+		if got := counter(e.metrics.Release, leasing.LabelUnknown, metrics.ReleaseError); got != 1 {
 			t.Errorf("release error = %v, want 1", got)
 		}
 	})
@@ -276,7 +277,7 @@ func TestUnavailableFailsClosed(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "x", global: 3, ttlSeconds: 60}}, envOpts{})
 		e.source.fail(errors.New("apiserver gone"))
 		_, err := e.svc.Acquire(ctxT(t), req("x", "acme", "p", "u"))
-		if !errors.Is(err, admission.ErrUnavailable) || !errors.Is(err, definition.ErrUnavailable) {
+		if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, lease.ErrUnavailable) {
 			t.Fatalf("acquire with a broken layer = %v, want unavailable", err)
 		}
 		if n := e.cmds.total(); n != 0 {
@@ -298,17 +299,17 @@ func TestInlineDefinition(t *testing.T) {
 		t.Errorf("inline lease = %+v", l)
 	}
 	r.Wait = waitFor(0)
-	if _, err := e.svc.Acquire(ctxT(t), r); !errors.Is(err, admission.ErrBusy) {
+	if _, err := e.svc.Acquire(ctxT(t), r); !errors.Is(err, lease.ErrBusy) {
 		t.Errorf("second inline acquire = %v, want busy", err)
 	}
 	// Tenant IDs never become label values.
-	if got := counter(e.metrics.Acquire, admission.LabelInline, metrics.AcquireSuccess); got != 1 {
+	if got := counter(e.metrics.Acquire, leasing.LabelInline, metrics.AcquireSuccess); got != 1 {
 		t.Errorf("acquire{mcp-inline,success} = %v, want 1", got)
 	}
 	if err := e.svc.Check(ctxT(t), l.Token); err != nil {
 		t.Fatal(err)
 	}
-	if got := counter(e.metrics.Check, admission.LabelInline, metrics.CheckOK); got != 1 {
+	if got := counter(e.metrics.Check, leasing.LabelInline, metrics.CheckOK); got != 1 {
 		t.Errorf("check{mcp-inline,ok} = %v, want 1", got)
 	}
 }
@@ -318,7 +319,7 @@ func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
 	e.listener.block = make(chan struct{}) // a slow handler must not hold up the acquisition
 	defer close(e.listener.block)
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
-	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); !errors.Is(err, admission.ErrBusy) {
+	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire before the TTL = %v, want busy", err)
 	}
 	select {
@@ -344,7 +345,7 @@ func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the listener never got the swept holder")
 	}
-	if err := e.svc.Check(ctxT(t), stale.Token); !errors.Is(err, admission.ErrLost) {
+	if err := e.svc.Check(ctxT(t), stale.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("check of the swept lease = %v, want lost", err)
 	}
 	if err := e.svc.Check(ctxT(t), fresh.Token); err != nil {
@@ -374,12 +375,12 @@ func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
 func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 	var swept []string
 	var e *env
-	reaper := func(ctx context.Context, resource string) ([]leasestore.Holder, error) {
+	reaper := func(ctx context.Context, resource string) ([]lease.Holder, error) {
 		swept = append(swept, resource)
 		return e.store.ReapIdle(ctx, resource)
 	}
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}},
-		envOpts{svcOpts: []admission.Option{admission.WithIdleReaper(reaper)}})
+		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
 	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire waiting past the idle TTL: %v", err)

@@ -1,0 +1,101 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The outcomes of an acquisition and of the calls on a held lease, checked with errors.Is.
+// Each has one typed error that carries its diagnosis; see docs/api.md for how they appear on
+// the wire.
+var (
+	// ErrBusy: a level was full (after the wait, if any); the error is a *BusyError.
+	ErrBusy = errors.New("LEASE_BUSY")
+	// ErrUnavailable: the store or a definition failed; the resource must not be used
+	// unprotected (fail closed). The error is usually an *UnavailableError.
+	ErrUnavailable = errors.New("LEASE_UNAVAILABLE")
+	// ErrLost: the holder is gone (released, reaped or revoked).
+	ErrLost = errors.New("LEASE_LOST")
+	// ErrInvalid: the request is malformed and nothing was written; the error is an
+	// *InvalidError naming the field.
+	ErrInvalid = errors.New("INVALID_REQUEST")
+)
+
+// BusyError is LEASE_BUSY with its diagnosis: the first level, narrow to wide, that was full.
+type BusyError struct {
+	Resource string
+	Level    Level
+	Scope    string
+	Count    int
+	Cap      int
+	// Waited is how long the acquisition waited for a slot (zero for a single attempt).
+	Waited time.Duration
+	// Err is why a wait ended early (the caller's context), or nil when it ran out.
+	Err error
+}
+
+// Error describes the full level and the wait.
+func (e *BusyError) Error() string {
+	msg := fmt.Sprintf("resource %s is busy at level %s (scope %s): %d of %d in use",
+		e.Resource, e.Level, e.Scope, e.Count, e.Cap)
+	if e.Waited > 0 {
+		msg += fmt.Sprintf(", waited %s", e.Waited.Round(time.Millisecond))
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// Unwrap returns the cause of an early end, if any.
+func (e *BusyError) Unwrap() error { return e.Err }
+
+// UnavailableError is LEASE_UNAVAILABLE: Op says what failed ("acquiring tex2pdf",
+// "resolving lease tex"), Err why.
+type UnavailableError struct {
+	Op  string
+	Err error
+}
+
+// Error describes what failed.
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("lease unavailable: %s: %v", e.Op, e.Err)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable wraps err as an *UnavailableError unless it already is one.
+func Unavailable(op string, err error) error {
+	var ue *UnavailableError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return &UnavailableError{Op: op, Err: err}
+}
+
+// InvalidError is the one field error of the project: Field names the offending field as the
+// caller spelled it ("tenant", "payload", "inline.levels.global", "spec.levels.user"),
+// Detail what is wrong with it.
+type InvalidError struct {
+	Field  string
+	Detail string
+}
+
+// Error names the field and the problem.
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Detail }
+
+// Is makes errors.Is(err, ErrInvalid) hold.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid builds an *InvalidError with a formatted detail.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Detail: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,118 @@
+// Package lease holds the domain types shared by every part of the operator: quota levels,
+// holders, counters, pod references and the typed outcomes of an acquisition (busy,
+// unavailable, lost, invalid). It imports no storage driver, so the store, the pod watcher,
+// the dispatcher and the HTTP APIs can share it. The model is described in docs/design.md.
+package lease
+
+import "time"
+
+// Level is one quota level of the funnel.
+type Level string
+
+// The four quota levels, narrow to wide.
+const (
+	LevelUser    Level = "user"
+	LevelProject Level = "project"
+	LevelTenant  Level = "tenant"
+	LevelGlobal  Level = "global"
+)
+
+// Levels lists the quota levels in check order, narrow to wide.
+var Levels = []Level{LevelUser, LevelProject, LevelTenant, LevelGlobal}
+
+// GlobalScope is the scope of the global level.
+const GlobalScope = "*"
+
+// LevelCap is one capped level of a funnel.
+type LevelCap struct {
+	Level Level
+	Cap   int
+}
+
+// HolderState is the life-cycle state of a holder document.
+type HolderState string
+
+// Holder states: a holder is PENDING while it books its levels and HELD afterwards.
+const (
+	StatePending HolderState = "PENDING"
+	StateHeld    HolderState = "HELD"
+)
+
+// PodRef identifies the pod of a holder. A recreated pod of the same name has another UID
+// and is therefore another holder pod.
+type PodRef struct {
+	Namespace string
+	Name      string
+	UID       string
+}
+
+// String renders the pod as namespace/name.
+func (p PodRef) String() string {
+	if p.Namespace == "" && p.Name == "" {
+		return ""
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// AcquireRequest is one attempt to book a slot at every capped level of a resource.
+// Holder is a held (or pending) lease as stored. The value Acquire returns leaves
+// AcquiredAt and LastSeenAt zero: they are server times, read back only by the reads.
+type Holder struct {
+	Token     string
+	State     HolderState
+	LeaseName string
+	Resource  string
+	Type      string
+	Tenant    string
+	Project   string
+	User      string
+	HolderRef string
+	Pod       PodRef
+	PodBound  bool
+	Payload   map[string]string
+	TTL       time.Duration
+	// Levels are the counter keys this holder has booked.
+	Levels     []string
+	AcquiredAt time.Time
+	LastSeenAt time.Time
+}
+
+// Counter is one counter document with the number of holders that book it.
+type Counter struct {
+	Key       string
+	Resource  string
+	Level     Level
+	Scope     string
+	Count     int
+	UpdatedAt time.Time
+	// Booked is the number of holders whose levels contain this key: the value reconcile
+	// corrects the count to.
+	Booked int
+}
+
+// Drift reports whether count and booked holders disagree.
+func (c Counter) Drift() bool { return c.Count != c.Booked }
+
+// HolderFilter selects holders for the operational reads; empty fields match everything.
+// CounterFilter selects counters; empty fields match everything.
+// ReconcileResult summarises one reconcile pass.
+
+// CounterKey is the _id of a counter document: <resource>|<level>|<scope>.
+func CounterKey(resource string, level Level, scope string) string {
+	return resource + "|" + string(level) + "|" + scope
+}
+
+// ScopeOf returns the scope of a level for a holder. The user scope is tenant/user, across
+// projects, so that "one session per user" does not multiply with the number of projects.
+func ScopeOf(level Level, tenant, project, user string) string {
+	switch level {
+	case LevelUser:
+		return tenant + "/" + user
+	case LevelProject:
+		return tenant + "/" + project
+	case LevelTenant:
+		return tenant
+	default:
+		return GlobalScope
+	}
+}
