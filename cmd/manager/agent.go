@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/inject"
@@ -27,6 +28,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
@@ -104,7 +106,7 @@ func runAgent(args []string) error {
 
 	m := metrics.Default()
 	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
-	registry := revocation.NewDefaultRegistry(hub, nil, nil)
+	registry := handlers.NewDefaultRegistry(hub, nil, nil)
 	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
 	// dispatches the reaped holders through the full matrix. Only when no manager is set or
 	// reachable does the agent sweep itself; then its own pod is alive and every other pod
@@ -122,9 +124,9 @@ func runAgent(args []string) error {
 	api.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
 	internal := http.NewServeMux()
-	internal.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
-		revocation.WithSharedSecret(f.store.secret), revocation.WithReceiverLogger(log.WithName("receiver")),
-		revocation.WithHolderCheck(stillHeld(store))))
+	internal.Handle("/internal/lease/revoked", agentlink.NewReceiver(self, registry,
+		agentlink.WithSharedSecret(f.store.secret), agentlink.WithReceiverLogger(log.WithName("receiver")),
+		agentlink.WithHolderCheck(stillHeld(store))))
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Ready once the definitions are cached. A store outage does not make the agent unready:
 	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of
@@ -152,7 +154,7 @@ func runAgent(args []string) error {
 
 // stillHeld asks the store whether a holder exists: a forwarded revocation is only acted on
 // once the holder is gone.
-func stillHeld(store *leasestore.Store) revocation.HeldFunc {
+func stillHeld(store *leasestore.Store) agentlink.HeldFunc {
 	return func(ctx context.Context, token string) (bool, error) {
 		_, err := store.GetHolder(ctx, token)
 		if errors.Is(err, lease.ErrLost) {

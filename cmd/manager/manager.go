@@ -24,6 +24,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
@@ -36,6 +37,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
@@ -149,9 +151,9 @@ func runManager(args []string) error {
 	}
 	m := metrics.Default()
 	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
-	registry := revocation.NewDefaultRegistry(hub, revocation.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
+	registry := handlers.NewDefaultRegistry(hub, handlers.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
 	dispatcher := revocation.NewDispatcher(watcher, self, registry,
-		revocation.WithForwarder(revocation.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
+		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
 		revocation.WithRecorder(mgr.GetEventRecorder("lease-operator")),
 		revocation.WithMetrics(m),
 		revocation.WithRegisterer(ctrlmetrics.Registry),
@@ -163,8 +165,8 @@ func runManager(args []string) error {
 	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
-	mux.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
-		revocation.WithSharedSecret(f.store.secret), revocation.WithHolderCheck(stillHeld(store))))
+	mux.Handle("/internal/lease/revoked", agentlink.NewReceiver(self, registry,
+		agentlink.WithSharedSecret(f.store.secret), agentlink.WithHolderCheck(stillHeld(store))))
 	// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 	// manager's dispatch matrix (an agent watches no pods).
 	mux.Handle(sweeper.RelayPath, sweeper.RelayHandler(store, dispatcher, clock.RealClock{}, leasing.DefaultSweepInterval))

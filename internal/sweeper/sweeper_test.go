@@ -16,7 +16,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
-	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
 
 // mcpServer stands in for a remote MCP server and records the requests it gets.
@@ -115,7 +115,7 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		mcp := newMCPServer()
 		Expect(k8sClient.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "mcp-auth",
-				Labels: map[string]string{revocation.MCPAuthSecretLabel: "true"}},
+				Labels: map[string]string{handlers.MCPAuthSecretLabel: "true"}},
 			Data: map[string][]byte{"token": []byte("s3cret")},
 		})).To(Succeed())
 		pod := f.createPod(ctx, "brain-2", "10.9.0.2")

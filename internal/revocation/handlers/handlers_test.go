@@ -1,4 +1,4 @@
-package revocation_test
+package handlers_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +21,10 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
+
+var cmpIgnoreAt = cmpopts.IgnoreFields(notify.Event{}, "At")
 
 // The seams the admission library defines.
 var (
@@ -45,7 +49,7 @@ func authSecret(ns, name, token string, labelled bool) *corev1.Secret {
 		Data:       map[string][]byte{"token": []byte(token + "\n")},
 	}
 	if labelled {
-		s.Labels = map[string]string{revocation.MCPAuthSecretLabel: "true"}
+		s.Labels = map[string]string{handlers.MCPAuthSecretLabel: "true"}
 	}
 	return s
 }
@@ -153,7 +157,7 @@ func TestMCPHandler(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			srv := newMCPServer(t, tc.status)
-			h := &revocation.MCPHandler{Secrets: secrets}
+			h := &handlers.MCPHandler{Secrets: secrets}
 			r := revocation.Revocation{Token: "tok", Type: "mcp", Reason: "pod", Pod: pod, Payload: tc.payload(srv.URL), Site: revocation.SiteReaper}
 			if tc.pod.Name != "" {
 				r.Pod = tc.pod
@@ -173,11 +177,11 @@ func TestMCPHandler(t *testing.T) {
 }
 
 func TestHandlersInHolderPodPublish(t *testing.T) {
-	for _, typ := range []string{revocation.TypeTex, revocation.TypeMCP, revocation.TypeNotify} {
+	for _, typ := range []string{handlers.TypeTex, handlers.TypeMCP, handlers.TypeNotify} {
 		t.Run(typ, func(t *testing.T) {
 			srv := newMCPServer(t, http.StatusOK)
 			hub := notify.NewHub(time.Minute, clock.RealClock{})
-			reg := revocation.NewDefaultRegistry(hub, fakeSecrets{}, nil)
+			reg := handlers.NewDefaultRegistry(hub, fakeSecrets{}, nil)
 			h, ok := reg.Handler(typ)
 			if !ok {
 				t.Fatalf("no handler for %s", typ)
@@ -200,7 +204,7 @@ func TestHandlersInHolderPodPublish(t *testing.T) {
 				t.Errorf("in the holder pod nothing is deleted remotely, got %v", got)
 			}
 			// On a reaper, tex and notify have nothing to do (and publish nothing).
-			if typ != revocation.TypeMCP {
+			if typ != handlers.TypeMCP {
 				r.Token, r.Site = "reaper-"+typ, revocation.SiteReaper
 				if err := h.OnRevoked(context.Background(), r); err != nil {
 					t.Fatal(err)
@@ -216,17 +220,17 @@ func TestHandlersInHolderPodPublish(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
-	reg := revocation.NewDefaultRegistry(nil, nil, nil)
+	reg := handlers.NewDefaultRegistry(nil, nil, nil)
 	if diff := cmp.Diff([]string{"mcp", "notify", "tex"}, reg.Types()); diff != "" {
 		t.Errorf("types (-want +got):\n%s", diff)
 	}
 	if reg.Has("browser") {
 		t.Error("Has(browser) without a handler")
 	}
-	if err := reg.Register("tex", revocation.NotifyHandler{}); err == nil {
+	if err := reg.Register("tex", handlers.NotifyHandler{}); err == nil {
 		t.Error("registering tex twice succeeded")
 	}
-	if err := reg.Register("browser", revocation.NotifyHandler{}); err != nil || !reg.Has("browser") {
+	if err := reg.Register("browser", handlers.NotifyHandler{}); err != nil || !reg.Has("browser") {
 		t.Errorf("Register(browser) = %v, Has = %v", err, reg.Has("browser"))
 	}
 }

@@ -1,4 +1,7 @@
-package revocation
+// Package handlers holds the revocation handlers that ship with the operator (tex, mcp,
+// notify) and what they need: the notify hub they publish to in the holder pod, and the
+// Secret reads and HTTP client of the mcp session DELETE on a reaper.
+package handlers
 
 import (
 	"context"
@@ -14,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // The lease types whose handlers ship with the operator.
@@ -85,8 +89,8 @@ func (c ClientSecretReader) ReadSecret(ctx context.Context, namespace, name stri
 // hub is this process's notify hub (nil: nothing is published, e.g. a manager that serves
 // no long-poll); secrets and httpClient serve the mcp session DELETE on a reaper (nil
 // secrets: a payload naming an auth Secret fails; nil client: DefaultMCPClient()).
-func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Client) *Registry {
-	r := NewRegistry()
+func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Client) *revocation.Registry {
+	r := revocation.NewRegistry()
 	// The types are distinct constants: Register cannot fail here.
 	_ = r.Register(TypeTex, TexHandler{Hub: hub})
 	_ = r.Register(TypeMCP, &MCPHandler{Hub: hub, Secrets: secrets, Client: httpClient})
@@ -94,7 +98,7 @@ func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Cl
 	return r
 }
 
-func publish(hub Publisher, r Revocation) {
+func publish(hub Publisher, r revocation.Revocation) {
 	if hub == nil {
 		return
 	}
@@ -108,8 +112,8 @@ type NotifyHandler struct {
 }
 
 // OnRevoked publishes in the holder pod.
-func (h NotifyHandler) OnRevoked(_ context.Context, r Revocation) error {
-	if r.Site == SiteHolderPod {
+func (h NotifyHandler) OnRevoked(_ context.Context, r revocation.Revocation) error {
+	if r.Site == revocation.SiteHolderPod {
 		publish(h.Hub, r)
 	}
 	return nil
@@ -125,8 +129,8 @@ type TexHandler struct {
 }
 
 // OnRevoked publishes in the holder pod.
-func (h TexHandler) OnRevoked(ctx context.Context, r Revocation) error {
-	if r.Site == SiteHolderPod {
+func (h TexHandler) OnRevoked(ctx context.Context, r revocation.Revocation) error {
+	if r.Site == revocation.SiteHolderPod {
 		publish(h.Hub, r)
 		return nil
 	}
@@ -156,15 +160,15 @@ func DefaultMCPClient() *http.Client {
 }
 
 // OnRevoked publishes in the holder pod and deletes the remote session on a reaper.
-func (h *MCPHandler) OnRevoked(ctx context.Context, r Revocation) error {
-	if r.Site == SiteHolderPod {
+func (h *MCPHandler) OnRevoked(ctx context.Context, r revocation.Revocation) error {
+	if r.Site == revocation.SiteHolderPod {
 		publish(h.Hub, r)
 		return nil
 	}
 	return h.deleteSession(ctx, r)
 }
 
-func (h *MCPHandler) deleteSession(ctx context.Context, r Revocation) error {
+func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation) error {
 	log := logr.FromContextOrDiscard(ctx)
 	endpoint, session := r.Payload[PayloadEndpoint], r.Payload[PayloadSessionID]
 	if endpoint == "" || session == "" {
@@ -212,7 +216,7 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r Revocation) error {
 
 // authorization returns the Authorization header value from the payload's auth Secret, ""
 // when the payload names none.
-func (h *MCPHandler) authorization(ctx context.Context, r Revocation) (string, error) {
+func (h *MCPHandler) authorization(ctx context.Context, r revocation.Revocation) (string, error) {
 	ref := r.Payload[PayloadAuthSecret]
 	if ref == "" {
 		return "", nil

@@ -1,4 +1,4 @@
-package revocation
+package agentlink
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // Error codes of the receiver's JSON error bodies {error, message}.
@@ -40,7 +41,7 @@ var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
 // the sender fall back to the dead path.
 type Receiver struct {
 	self     lease.PodRef
-	handlers *Registry
+	handlers *revocation.Registry
 	secret   string
 	timeout  time.Duration
 	log      logr.Logger
@@ -75,7 +76,7 @@ func WithHandlerTimeout(d time.Duration) ReceiverOption { return func(r *Receive
 
 // NewReceiver returns the endpoint for the pod self (the agent's own identity; a zero self
 // skips the pod check) with the handlers of registry.
-func NewReceiver(self lease.PodRef, registry *Registry, opts ...ReceiverOption) *Receiver {
+func NewReceiver(self lease.PodRef, registry *revocation.Registry, opts ...ReceiverOption) *Receiver {
 	r := &Receiver{self: self, handlers: registry, timeout: 10 * time.Second, log: logr.Discard()}
 	for _, o := range opts {
 		o(r)
@@ -113,7 +114,10 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	log := rc.log.WithValues("token", msg.Token, "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
-	ctx, cancel := contextWithTimeout(req.Context(), rc.timeout)
+	ctx, cancel := req.Context(), context.CancelFunc(func() {})
+	if rc.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, rc.timeout)
+	}
 	defer cancel()
 	if rc.held != nil {
 		held, err := rc.held(ctx, msg.Token)
@@ -126,7 +130,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(SiteHolderPod)); err != nil {
+	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(revocation.SiteHolderPod)); err != nil {
 		log.Error(err, "Revocation handler failed")
 		writeError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
 		return

@@ -1,4 +1,7 @@
-package revocation
+// Package agentlink is both ends of the manager-to-agent revocation protocol: the
+// forwarder a reaper uses to hand a revoked holder to the agent of its live pod, and the
+// receiver the agent mounts at /internal/lease/revoked, with the message between them.
+package agentlink
 
 import (
 	"bytes"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // ReceiverPath is where the agent serves forwarded revocations.
@@ -48,7 +52,7 @@ type MessagePod struct {
 }
 
 // MessageFor builds the message of a revocation.
-func MessageFor(r Revocation) Message {
+func MessageFor(r revocation.Revocation) Message {
 	return Message{
 		Token: r.Token, Type: r.Type, Resource: r.Resource, LeaseName: r.LeaseName, HolderRef: r.HolderRef,
 		Reason: r.Reason, Payload: r.Payload, PodBound: r.PodBound,
@@ -57,19 +61,13 @@ func MessageFor(r Revocation) Message {
 }
 
 // Revocation converts the message to the revocation a handler sees at site.
-func (m Message) Revocation(site Site) Revocation {
-	return Revocation{
+func (m Message) Revocation(site revocation.Site) revocation.Revocation {
+	return revocation.Revocation{
 		Token: m.Token, Type: m.Type, Resource: m.Resource, LeaseName: m.LeaseName, HolderRef: m.HolderRef,
 		Reason: m.Reason, Payload: m.Payload, PodBound: m.PodBound,
 		Pod:  lease.PodRef{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID},
 		Site: site,
 	}
-}
-
-// Forwarder delivers a revocation to the agent of a live holder pod at ip. Any error counts
-// as "unreachable": the dispatcher then takes the dead path.
-type Forwarder interface {
-	Forward(ctx context.Context, ip string, msg Message) error
 }
 
 // HTTPForwarder POSTs the message to http://<ip>:<Port>/internal/lease/revoked.
@@ -79,7 +77,7 @@ type HTTPForwarder struct {
 	secret string
 }
 
-var _ Forwarder = (*HTTPForwarder)(nil)
+var _ revocation.Forwarder = (*HTTPForwarder)(nil)
 
 // NewHTTPForwarder returns a forwarder to agents on port (0: DefaultAgentPort) that sends
 // secret in the X-Lease-Secret header when it is not empty. client nil: a client with a 5 s
@@ -97,9 +95,9 @@ func NewHTTPForwarder(client *http.Client, port int, secret string) *HTTPForward
 	return &HTTPForwarder{client: client, port: port, secret: secret}
 }
 
-// Forward POSTs msg to the agent at ip; only a 2xx answer is a delivery.
-func (f *HTTPForwarder) Forward(ctx context.Context, ip string, msg Message) error {
-	body, err := json.Marshal(msg)
+// Forward POSTs the message of r to the agent at ip; only a 2xx answer is a delivery.
+func (f *HTTPForwarder) Forward(ctx context.Context, ip string, r revocation.Revocation) error {
+	body, err := json.Marshal(MessageFor(r))
 	if err != nil {
 		return fmt.Errorf("encoding revocation: %w", err)
 	}

@@ -1,4 +1,4 @@
-package revocation_test
+package agentlink_test
 
 import (
 	"context"
@@ -15,18 +15,20 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/utils/clock"
 
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
 
 var cmpIgnoreAt = cmpopts.IgnoreFields(notify.Event{}, "At")
 
 func TestReceiver(t *testing.T) {
 	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
-	valid := func() revocation.Message {
-		return revocation.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "idle", PodBound: true,
-			Pod: revocation.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
+	valid := func() agentlink.Message {
+		return agentlink.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "idle", PodBound: true,
+			Pod: agentlink.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
 	}
 	cases := map[string]struct {
 		method  string
@@ -38,24 +40,24 @@ func TestReceiver(t *testing.T) {
 	}{
 		"delivered":                       {status: 200, publish: true},
 		"delivered with the right secret": {secret: "right", status: 200, publish: true},
-		"wrong secret":                    {secret: "wrong", status: 401, errCode: revocation.ErrCodeUnauthorized},
-		"missing secret":                  {secret: "-", status: 401, errCode: revocation.ErrCodeUnauthorized},
-		"GET":                             {method: http.MethodGet, status: 405, errCode: revocation.ErrCodeInvalid},
-		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: revocation.ErrCodeInvalid},
-		"missing token":                   {body: msgBody(valid, func(m *revocation.Message) { m.Token = "" }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"bad reason":                      {body: msgBody(valid, func(m *revocation.Message) { m.Reason = "release" }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"missing pod":                     {body: msgBody(valid, func(m *revocation.Message) { m.Pod = revocation.MessagePod{} }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"unknown type":                    {body: msgBody(valid, func(m *revocation.Message) { m.Type = "browser" }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"another pod (IP reused)":         {body: msgBody(valid, func(m *revocation.Message) { m.Pod.UID = "uid-old" }), status: 409, errCode: revocation.ErrCodeNotHolderPod},
-		"handler fails":                   {body: msgBody(valid, func(m *revocation.Message) { m.Type = "broken" }), status: 500, errCode: revocation.ErrCodeHandler},
-		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: revocation.ErrCodeInvalid},
+		"wrong secret":                    {secret: "wrong", status: 401, errCode: agentlink.ErrCodeUnauthorized},
+		"missing secret":                  {secret: "-", status: 401, errCode: agentlink.ErrCodeUnauthorized},
+		"GET":                             {method: http.MethodGet, status: 405, errCode: agentlink.ErrCodeInvalid},
+		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: agentlink.ErrCodeInvalid},
+		"missing token":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "" }), status: 400, errCode: agentlink.ErrCodeInvalid},
+		"bad reason":                      {body: msgBody(valid, func(m *agentlink.Message) { m.Reason = "release" }), status: 400, errCode: agentlink.ErrCodeInvalid},
+		"missing pod":                     {body: msgBody(valid, func(m *agentlink.Message) { m.Pod = agentlink.MessagePod{} }), status: 400, errCode: agentlink.ErrCodeInvalid},
+		"unknown type":                    {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "browser" }), status: 400, errCode: agentlink.ErrCodeInvalid},
+		"another pod (IP reused)":         {body: msgBody(valid, func(m *agentlink.Message) { m.Pod.UID = "uid-old" }), status: 409, errCode: agentlink.ErrCodeNotHolderPod},
+		"handler fails":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "broken" }), status: 500, errCode: agentlink.ErrCodeHandler},
+		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: agentlink.ErrCodeInvalid},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			hub := notify.NewHub(time.Minute, clock.RealClock{})
-			reg := revocation.NewDefaultRegistry(hub, nil, nil)
+			reg := handlers.NewDefaultRegistry(hub, nil, nil)
 			_ = reg.Register("broken", revocation.HandlerFunc(func(context.Context, revocation.Revocation) error { return errors.New("boom") }))
-			rc := revocation.NewReceiver(self, reg, revocation.WithSharedSecret("right"))
+			rc := agentlink.NewReceiver(self, reg, agentlink.WithSharedSecret("right"))
 			body := msgBody(valid, nil)
 			if tc.body != nil {
 				body = tc.body
@@ -64,13 +66,13 @@ func TestReceiver(t *testing.T) {
 			if tc.method != "" {
 				method = tc.method
 			}
-			req := httptest.NewRequest(method, revocation.ReceiverPath, strings.NewReader(body()))
+			req := httptest.NewRequest(method, agentlink.ReceiverPath, strings.NewReader(body()))
 			switch tc.secret {
 			case "":
-				req.Header.Set(revocation.SecretHeader, "right")
+				req.Header.Set(agentlink.SecretHeader, "right")
 			case "-":
 			default:
-				req.Header.Set(revocation.SecretHeader, tc.secret)
+				req.Header.Set(agentlink.SecretHeader, tc.secret)
 			}
 			rec := httptest.NewRecorder()
 			rc.ServeHTTP(rec, req)
@@ -104,12 +106,12 @@ func TestForwarderToReceiver(t *testing.T) {
 	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	hub := notify.NewHub(time.Minute, clock.RealClock{})
 	mux := http.NewServeMux()
-	mux.Handle("POST "+revocation.ReceiverPath, revocation.NewReceiver(self, revocation.NewDefaultRegistry(hub, nil, nil), revocation.WithSharedSecret("k")))
+	mux.Handle("POST "+agentlink.ReceiverPath, agentlink.NewReceiver(self, handlers.NewDefaultRegistry(hub, nil, nil), agentlink.WithSharedSecret("k")))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	addr := srv.Listener.Addr().(*net.TCPAddr)
 	ip, port := addr.IP.String(), addr.Port
-	fw := revocation.NewHTTPForwarder(nil, port, "k")
+	fw := agentlink.NewHTTPForwarder(nil, port, "k")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -118,8 +120,8 @@ func TestForwarderToReceiver(t *testing.T) {
 		ev, _ := hub.Wait(ctx, "tok-1")
 		waited <- ev
 	}()
-	msg := revocation.MessageFor(revocation.FromHolder(lease.Holder{Token: "tok-1", Type: "mcp", Resource: "browser", Pod: self,
-		Payload: map[string]string{"sessionId": "s"}}, "revoke", revocation.SiteHolderPod))
+	msg := revocation.FromHolder(lease.Holder{Token: "tok-1", Type: "mcp", Resource: "browser", Pod: self,
+		Payload: map[string]string{"sessionId": "s"}}, "revoke", revocation.SiteHolderPod)
 	if err := fw.Forward(ctx, ip, msg); err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +129,12 @@ func TestForwarderToReceiver(t *testing.T) {
 	if ev.Token != "tok-1" || ev.Reason != "revoke" || ev.Type != "mcp" {
 		t.Errorf("long-poll got %+v", ev)
 	}
-	if err := revocation.NewHTTPForwarder(nil, port, "wrong").Forward(ctx, ip, msg); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := agentlink.NewHTTPForwarder(nil, port, "wrong").Forward(ctx, ip, msg); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("forward with a wrong secret: %v, want a 401 error", err)
 	}
 }
 
-func msgBody(valid func() revocation.Message, mut func(*revocation.Message)) func() string {
+func msgBody(valid func() agentlink.Message, mut func(*agentlink.Message)) func() string {
 	return func() string {
 		m := valid()
 		if mut != nil {
@@ -147,9 +149,9 @@ func msgBody(valid func() revocation.Message, mut func(*revocation.Message)) fun
 // stale POST) runs no handler; a store error answers 503.
 func TestReceiverConfirmsWithTheStore(t *testing.T) {
 	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
-	msg := func() revocation.Message {
-		return revocation.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "revoke", PodBound: true,
-			Pod: revocation.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
+	msg := func() agentlink.Message {
+		return agentlink.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "revoke", PodBound: true,
+			Pod: agentlink.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
 	}
 	cases := map[string]struct {
 		held    bool
@@ -158,20 +160,20 @@ func TestReceiverConfirmsWithTheStore(t *testing.T) {
 		errCode string
 	}{
 		"gone from the store": {status: 200},
-		"still held":          {held: true, status: 409, errCode: revocation.ErrCodeStillHeld},
-		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: revocation.ErrCodeUnavailable},
+		"still held":          {held: true, status: 409, errCode: agentlink.ErrCodeStillHeld},
+		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: agentlink.ErrCodeUnavailable},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			hub := notify.NewHub(time.Minute, clock.RealClock{})
 			var asked string
-			rc := revocation.NewReceiver(self, revocation.NewDefaultRegistry(hub, nil, nil),
-				revocation.WithHolderCheck(func(_ context.Context, token string) (bool, error) {
+			rc := agentlink.NewReceiver(self, handlers.NewDefaultRegistry(hub, nil, nil),
+				agentlink.WithHolderCheck(func(_ context.Context, token string) (bool, error) {
 					asked = token
 					return tc.held, tc.err
 				}))
 			rec := httptest.NewRecorder()
-			rc.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, revocation.ReceiverPath, strings.NewReader(msgBody(msg, nil)())))
+			rc.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, strings.NewReader(msgBody(msg, nil)())))
 			if rec.Code != tc.status || asked != "tok" {
 				t.Fatalf("status %d (asked about %q), want %d: %s", rec.Code, asked, tc.status, rec.Body)
 			}
