@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,10 +44,18 @@ func (f fakeSecrets) ReadSecret(_ context.Context, namespace, name string) (*cor
 	return s, nil
 }
 
-func authSecret(ns, name, token string, labelled bool) *corev1.Secret {
+// mcpConfig is the holder namespace's mcp configuration Secret: the endpoint it is for
+// and, when token is not empty, the bearer token.
+func mcpConfig(ns, name, endpoint, token string, labelled bool) *corev1.Secret {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Data:       map[string][]byte{"token": []byte(token + "\n")},
+		Data:       map[string][]byte{},
+	}
+	if endpoint != "" {
+		s.Data[handlers.MCPSecretEndpointKey] = []byte(endpoint + "\n")
+	}
+	if token != "" {
+		s.Data["token"] = []byte(token + "\n")
 	}
 	if labelled {
 		s.Labels = map[string]string{handlers.MCPAuthSecretLabel: "true"}
@@ -82,74 +91,109 @@ func (m *mcpServer) got() []string {
 
 func TestMCPHandler(t *testing.T) {
 	pod := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
-	secrets := fakeSecrets{
-		"team-a/mcp-auth":  authSecret("team-a", "mcp-auth", "s3cret", true),
-		"team-a/unlabeled": authSecret("team-a", "unlabeled", "s3cret", false),
-		"team-b/mcp-auth":  authSecret("team-b", "mcp-auth", "other", true),
+	// srv is the configured MCP server, elsewhere a listener that only a payload names.
+	secrets := func(srv, elsewhere string) fakeSecrets {
+		return fakeSecrets{
+			"team-a/mcp-auth":    mcpConfig("team-a", "mcp-auth", srv+"/mcp", "s3cret", true),
+			"team-a/anonymous":   mcpConfig("team-a", "anonymous", srv+"/mcp", "", true),
+			"team-a/no-endpoint": mcpConfig("team-a", "no-endpoint", "", "s3cret", true),
+			"team-a/other":       mcpConfig("team-a", "other", elsewhere+"/mcp", "s3cret", true),
+			"team-a/unlabeled":   mcpConfig("team-a", "unlabeled", srv+"/mcp", "s3cret", false),
+			"team-b/mcp-auth":    mcpConfig("team-b", "mcp-auth", srv+"/mcp", "other", true),
+		}
 	}
 	cases := map[string]struct {
-		status  int
-		payload func(endpoint string) map[string]string
-		pod     lease.PodRef
-		want    []string
-		wantErr string
+		status    int
+		payload   func(endpoint, elsewhere string) map[string]string
+		want      []string
+		wantElse  []string
+		wantErr   string
+		notSentTo bool // the error is an *handlers.EndpointNotConfiguredError
 	}{
 		"DELETE with the session and the secret's bearer token": {
 			status: http.StatusNoContent,
-			payload: func(e string) map[string]string {
+			payload: func(e, _ string) map[string]string {
 				return map[string]string{"endpoint": e + "/mcp", "sessionId": "sess-1", "authSecret": "team-a/mcp-auth"}
 			},
 			want: []string{"DELETE /mcp session=sess-1 auth=Bearer s3cret"},
 		},
 		"secret name without namespace is the holder pod's namespace": {
 			status: http.StatusOK,
-			payload: func(e string) map[string]string {
-				return map[string]string{"endpoint": e + "/mcp", "sessionId": "sess-1", "authSecret": "mcp-auth"}
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp/", "sessionId": "sess-1", "authSecret": "mcp-auth"}
 			},
 			want: []string{"DELETE /mcp session=sess-1 auth=Bearer s3cret"},
 		},
-		"anonymous when the payload names no secret": {
+		"anonymous when the configuration has no token": {
 			status: http.StatusOK,
-			payload: func(e string) map[string]string {
-				return map[string]string{"endpoint": e + "/mcp", "sessionId": "sess-1"}
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "sess-1", "authSecret": "anonymous"}
 			},
 			want: []string{"DELETE /mcp session=sess-1 auth="},
 		},
 		"session already gone (404) is fine": {
-			status:  http.StatusNotFound,
-			payload: func(e string) map[string]string { return map[string]string{"endpoint": e, "sessionId": "sess-1"} },
-			want:    []string{"DELETE / session=sess-1 auth="},
+			status: http.StatusNotFound,
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "sess-1", "authSecret": "anonymous"}
+			},
+			want: []string{"DELETE /mcp session=sess-1 auth="},
 		},
 		"server error is an error": {
-			status:  http.StatusInternalServerError,
-			payload: func(e string) map[string]string { return map[string]string{"endpoint": e, "sessionId": "sess-1"} },
-			want:    []string{"DELETE / session=sess-1 auth="},
+			status: http.StatusInternalServerError,
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "sess-1", "authSecret": "anonymous"}
+			},
+			want:    []string{"DELETE /mcp session=sess-1 auth="},
 			wantErr: "500",
 		},
 		"no session in the payload: nothing to delete": {
-			payload: func(e string) map[string]string { return map[string]string{"endpoint": e} },
+			payload: func(e, _ string) map[string]string { return map[string]string{"endpoint": e} },
+		},
+		"payload endpoint elsewhere: not contacted, not even with the configured auth": {
+			payload: func(_, elsewhere string) map[string]string {
+				return map[string]string{"endpoint": elsewhere + "/mcp", "sessionId": "s", "authSecret": "mcp-auth"}
+			},
+			wantErr: "not contacted", notSentTo: true,
+		},
+		"payload names no configuration: not contacted": {
+			payload: func(_, elsewhere string) map[string]string {
+				return map[string]string{"endpoint": elsewhere + "/mcp", "sessionId": "s"}
+			},
+			wantErr: "not contacted", notSentTo: true,
+		},
+		"configuration names no endpoint: not contacted": {
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "s", "authSecret": "no-endpoint"}
+			},
+			wantErr: "not contacted", notSentTo: true,
+		},
+		"configuration points elsewhere now: not contacted": {
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "s", "authSecret": "other"}
+			},
+			wantErr: "not contacted", notSentTo: true,
 		},
 		"secret of another namespace is refused": {
-			payload: func(e string) map[string]string {
-				return map[string]string{"endpoint": e, "sessionId": "s", "authSecret": "team-b/mcp-auth"}
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "s", "authSecret": "team-b/mcp-auth"}
 			},
 			wantErr: "not in the holder pod's namespace",
 		},
 		"secret without the opt-in label is refused": {
-			payload: func(e string) map[string]string {
-				return map[string]string{"endpoint": e, "sessionId": "s", "authSecret": "unlabeled"}
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "s", "authSecret": "unlabeled"}
 			},
 			wantErr: "is not labelled",
 		},
 		"missing key": {
-			payload: func(e string) map[string]string {
-				return map[string]string{"endpoint": e, "sessionId": "s", "authSecret": "mcp-auth", "authSecretKey": "nope"}
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "s", "authSecret": "mcp-auth", "authSecretKey": "nope"}
 			},
 			wantErr: `has no key "nope"`,
 		},
 		"non-http endpoint": {
-			payload: func(string) map[string]string {
-				return map[string]string{"endpoint": "file:///etc/passwd", "sessionId": "s"}
+			payload: func(string, string) map[string]string {
+				return map[string]string{"endpoint": "file:///etc/passwd", "sessionId": "s", "authSecret": "mcp-auth"}
 			},
 			wantErr: "not an http(s) URL",
 		},
@@ -157,11 +201,10 @@ func TestMCPHandler(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			srv := newMCPServer(t, tc.status)
-			h := &handlers.MCPHandler{Secrets: secrets}
-			r := revocation.Revocation{Token: "tok", Type: "mcp", Reason: "pod", Pod: pod, Payload: tc.payload(srv.URL), Site: revocation.SiteReaper}
-			if tc.pod.Name != "" {
-				r.Pod = tc.pod
-			}
+			elsewhere := newMCPServer(t, http.StatusOK)
+			h := &handlers.MCPHandler{Secrets: secrets(srv.URL, elsewhere.URL)}
+			r := revocation.Revocation{Token: "tok", Type: "mcp", Reason: "pod", Pod: pod,
+				Payload: tc.payload(srv.URL, elsewhere.URL), Site: revocation.SiteReaper}
 			err := h.OnRevoked(context.Background(), r)
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -169,8 +212,15 @@ func TestMCPHandler(t *testing.T) {
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("OnRevoked error = %v, want one containing %q", err, tc.wantErr)
 			}
+			var notSent *handlers.EndpointNotConfiguredError
+			if got := errors.As(err, &notSent); got != tc.notSentTo {
+				t.Errorf("error %v is an EndpointNotConfiguredError: %v, want %v", err, got, tc.notSentTo)
+			}
 			if diff := cmp.Diff(tc.want, srv.got()); diff != "" {
-				t.Errorf("requests at the MCP server (-want +got):\n%s", diff)
+				t.Errorf("requests at the configured MCP server (-want +got):\n%s", diff)
+			}
+			if got := elsewhere.got(); len(got) != 0 {
+				t.Errorf("a listener named only in the payload was contacted: %v", got)
 			}
 		})
 	}
