@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -125,7 +126,8 @@ func runAgent(args []string) error {
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
 	internal := http.NewServeMux()
 	internal.Handle("/internal/lease/revoked", agentlink.NewReceiver(self, registry,
-		agentlink.WithSharedSecret(f.store.secret), agentlink.WithReceiverLogger(log.WithName("receiver")),
+		agentlink.WithAgentKey(cmp.Or(os.Getenv(inject.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace))),
+		agentlink.WithReceiverLogger(log.WithName("receiver")),
 		agentlink.WithHolderCheck(stillHeld(store))))
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Ready once the definitions are cached. A store outage does not make the agent unready:

@@ -166,7 +166,7 @@ func runManager(args []string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	mux.Handle("/internal/lease/revoked", agentlink.NewReceiver(self, registry,
-		agentlink.WithSharedSecret(f.store.secret), agentlink.WithHolderCheck(stillHeld(store))))
+		agentlink.WithAgentKey(agentlink.AgentKey(f.store.secret, self.Namespace)), agentlink.WithHolderCheck(stillHeld(store))))
 	// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 	// manager's dispatch matrix (an agent watches no pods).
 	mux.Handle(sweeper.RelayPath, sweeper.RelayHandler(store, dispatcher, clock.RealClock{}, leasing.DefaultSweepInterval))
@@ -180,7 +180,8 @@ func runManager(args []string) error {
 	}
 
 	if f.agentImage != "" {
-		cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
+		cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL,
+			AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.secret, ns) }}
 		if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 			return fmt.Errorf("setting up the injection webhook: %w", err)
 		}

@@ -6,6 +6,9 @@ package agentlink
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,8 +24,31 @@ import (
 // ReceiverPath is where the agent serves forwarded revocations.
 const ReceiverPath = "/internal/lease/revoked"
 
-// SecretHeader carries the shared secret of forwarded revocations (see NewReceiver).
-const SecretHeader = "X-Lease-Secret"
+// SignatureHeader carries the hex HMAC-SHA256 of the request body under the holder
+// namespace's agent key (AgentKey). The key itself never travels with a forward: a forward
+// that reaches the wrong listener (a reused IP, a pod without an agent) hands it nothing
+// it could replay elsewhere.
+const SignatureHeader = "X-Lease-Signature"
+
+// AgentKey derives the key the agents of namespace verify forwards with from the manager's
+// internal secret ("" when the secret is empty: no signing). One key per namespace: an
+// agent's key, readable by whoever can read pods there, only forges revocations for pods of
+// that namespace, which the receiver's holder check makes harmless anyway.
+func AgentKey(secret, namespace string) string {
+	if secret == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("lease-agent-key\x00" + namespace))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// sign returns the SignatureHeader value of body under key.
+func sign(key string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
 
 // DefaultAgentPort is the lease agent's internal port in a holder pod, where it receives
 // forwarded revocations (its app API on 127.0.0.1:8090 is not reachable from other pods).
@@ -79,8 +105,9 @@ type HTTPForwarder struct {
 
 var _ revocation.Forwarder = (*HTTPForwarder)(nil)
 
-// NewHTTPForwarder returns a forwarder to agents on port (0: DefaultAgentPort) that sends
-// secret in the X-Lease-Secret header when it is not empty. client nil: a client with a 5 s
+// NewHTTPForwarder returns a forwarder to agents on port (0: DefaultAgentPort) that signs
+// each message with the holder namespace's AgentKey(secret, namespace) when secret is not
+// empty. client nil: a client with a 5 s
 // timeout; a slow agent must not hold the dispatcher, and the dead path is the fallback.
 func NewHTTPForwarder(client *http.Client, port int, secret string) *HTTPForwarder {
 	if client == nil {
@@ -108,7 +135,7 @@ func (f *HTTPForwarder) Forward(ctx context.Context, ip string, r revocation.Rev
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if f.secret != "" {
-		req.Header.Set(SecretHeader, f.secret)
+		req.Header.Set(SignatureHeader, sign(AgentKey(f.secret, r.Pod.Namespace), body))
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {

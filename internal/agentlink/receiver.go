@@ -2,7 +2,7 @@ package agentlink
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,14 +35,14 @@ var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
 // holder pod: the handlers publish to the notify hub, which ends the app's long-poll).
 //
 // Answers: 200 {"outcome":"delivered"}; 400 INVALID_REQUEST (malformed JSON, a missing
-// field, an unknown reason or type); 401 UNAUTHORIZED (shared secret configured and the
-// X-Lease-Secret header does not match); 405 for another method; 409 NOT_HOLDER_POD (the
+// field, a token not of a token's form, an unknown reason or type); 401 UNAUTHORIZED (an
+// agent key is configured and the X-Lease-Signature header is not the body's signature); 405 for another method; 409 NOT_HOLDER_POD (the
 // message names another pod: the IP was reused); 500 HANDLER_FAILED. Any non-2xx makes
 // the sender fall back to the dead path.
 type Receiver struct {
 	self     lease.PodRef
 	handlers *revocation.Registry
-	secret   string
+	key      string
 	timeout  time.Duration
 	log      logr.Logger
 	held     HeldFunc
@@ -62,11 +62,11 @@ func WithHolderCheck(f HeldFunc) ReceiverOption { return func(r *Receiver) { r.h
 // ReceiverOption configures a Receiver.
 type ReceiverOption func(*Receiver)
 
-// WithSharedSecret requires the X-Lease-Secret header to equal secret (empty: no check).
-// The agent port is reachable from the whole pod network; without a secret anybody there
-// can make an app believe its lease was revoked. Give the manager and the agents the same
-// value (e.g. both from one Secret key via an env var).
-func WithSharedSecret(secret string) ReceiverOption { return func(r *Receiver) { r.secret = secret } }
+// WithAgentKey requires the X-Lease-Signature header to be the body's HMAC under key, the
+// namespace's AgentKey (empty: no check). The agent port is reachable from the whole pod
+// network; the signature (with the holder check) keeps anybody there from making an app
+// believe its lease was revoked.
+func WithAgentKey(key string) ReceiverOption { return func(r *Receiver) { r.key = key } }
 
 // WithReceiverLogger sets the logger (default: discard).
 func WithReceiverLogger(l logr.Logger) ReceiverOption { return func(r *Receiver) { r.log = l } }
@@ -91,11 +91,20 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, ErrCodeInvalid, "only POST is allowed")
 		return
 	}
-	if rc.secret != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get(SecretHeader)), []byte(rc.secret)) != 1 {
-		writeError(w, http.StatusUnauthorized, ErrCodeUnauthorized, "missing or wrong "+SecretHeader)
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxMessageBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = fmt.Errorf("body larger than %d bytes", maxMessageBytes)
+		}
+		writeError(w, http.StatusBadRequest, ErrCodeInvalid, err.Error())
 		return
 	}
-	msg, err := decodeMessage(w, req)
+	if rc.key != "" && !hmac.Equal([]byte(req.Header.Get(SignatureHeader)), []byte(sign(rc.key, body))) {
+		writeError(w, http.StatusUnauthorized, ErrCodeUnauthorized, "missing or wrong "+SignatureHeader)
+		return
+	}
+	msg, err := decodeMessage(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, ErrCodeInvalid, err.Error())
 		return
@@ -140,19 +149,16 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.WriteString(w, `{"outcome":"delivered"}`)
 }
 
-func decodeMessage(w http.ResponseWriter, req *http.Request) (Message, error) {
+func decodeMessage(body []byte) (Message, error) {
 	var msg Message
-	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxMessageBytes))
-	if err := dec.Decode(&msg); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return msg, fmt.Errorf("body larger than %d bytes", maxMessageBytes)
-		}
+	if err := json.Unmarshal(body, &msg); err != nil {
 		return msg, fmt.Errorf("malformed JSON: %w", err)
 	}
 	switch {
 	case msg.Token == "":
 		return msg, errors.New("token: required")
+	case !lease.ValidToken(msg.Token):
+		return msg, errors.New("token: not a lease token")
 	case msg.Type == "":
 		return msg, errors.New("type: required")
 	case !validReasons[msg.Reason]:

@@ -2,8 +2,12 @@ package agentlink_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -39,9 +43,12 @@ func TestReceiver(t *testing.T) {
 		publish bool
 	}{
 		"delivered":                       {status: 200, publish: true},
-		"delivered with the right secret": {secret: "right", status: 200, publish: true},
-		"wrong secret":                    {secret: "wrong", status: 401, errCode: agentlink.ErrCodeUnauthorized},
-		"missing secret":                  {secret: "-", status: 401, errCode: agentlink.ErrCodeUnauthorized},
+		"delivered with the right key":    {secret: "right", status: 200, publish: true},
+		"signed with another key":         {secret: "wrong", status: 401, errCode: agentlink.ErrCodeUnauthorized},
+		"the key itself as the signature": {secret: "=key", status: 401, errCode: agentlink.ErrCodeUnauthorized},
+		"no signature":                    {secret: "-", status: 401, errCode: agentlink.ErrCodeUnauthorized},
+		"token not of a token's form":     {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "../tok?x=1" }), status: 400, errCode: agentlink.ErrCodeInvalid},
+		"oversized token":                 {body: msgBody(valid, func(m *agentlink.Message) { m.Token = strings.Repeat("t", 4096) }), status: 400, errCode: agentlink.ErrCodeInvalid},
 		"GET":                             {method: http.MethodGet, status: 405, errCode: agentlink.ErrCodeInvalid},
 		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: agentlink.ErrCodeInvalid},
 		"missing token":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "" }), status: 400, errCode: agentlink.ErrCodeInvalid},
@@ -57,7 +64,7 @@ func TestReceiver(t *testing.T) {
 			hub := notify.NewHub(time.Minute, clock.RealClock{})
 			reg := handlers.NewDefaultRegistry(hub, nil, nil)
 			_ = reg.Register("broken", revocation.HandlerFunc(func(context.Context, revocation.Revocation) error { return errors.New("boom") }))
-			rc := agentlink.NewReceiver(self, reg, agentlink.WithSharedSecret("right"))
+			rc := agentlink.NewReceiver(self, reg, agentlink.WithAgentKey("right"))
 			body := msgBody(valid, nil)
 			if tc.body != nil {
 				body = tc.body
@@ -66,13 +73,16 @@ func TestReceiver(t *testing.T) {
 			if tc.method != "" {
 				method = tc.method
 			}
-			req := httptest.NewRequest(method, agentlink.ReceiverPath, strings.NewReader(body()))
+			b := body()
+			req := httptest.NewRequest(method, agentlink.ReceiverPath, strings.NewReader(b))
 			switch tc.secret {
 			case "":
-				req.Header.Set(agentlink.SecretHeader, "right")
+				req.Header.Set(agentlink.SignatureHeader, hmacHex("right", b))
 			case "-":
+			case "=key":
+				req.Header.Set(agentlink.SignatureHeader, "right")
 			default:
-				req.Header.Set(agentlink.SecretHeader, tc.secret)
+				req.Header.Set(agentlink.SignatureHeader, hmacHex(tc.secret, b))
 			}
 			rec := httptest.NewRecorder()
 			rc.ServeHTTP(rec, req)
@@ -106,7 +116,8 @@ func TestForwarderToReceiver(t *testing.T) {
 	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	hub := notify.NewHub(time.Minute, clock.RealClock{})
 	mux := http.NewServeMux()
-	mux.Handle("POST "+agentlink.ReceiverPath, agentlink.NewReceiver(self, handlers.NewDefaultRegistry(hub, nil, nil), agentlink.WithSharedSecret("k")))
+	mux.Handle("POST "+agentlink.ReceiverPath, agentlink.NewReceiver(self, handlers.NewDefaultRegistry(hub, nil, nil),
+		agentlink.WithAgentKey(agentlink.AgentKey("k", self.Namespace))))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	addr := srv.Listener.Addr().(*net.TCPAddr)
@@ -132,6 +143,48 @@ func TestForwarderToReceiver(t *testing.T) {
 	if err := agentlink.NewHTTPForwarder(nil, port, "wrong").Forward(ctx, ip, msg); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("forward with a wrong secret: %v, want a 401 error", err)
 	}
+	// Another namespace's key does not verify this namespace's forwards.
+	other := msg
+	other.Pod.Namespace = "team-b"
+	if err := fw.Forward(ctx, ip, other); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("forward signed for another namespace: %v, want a 401 error", err)
+	}
+}
+
+// TestForwardCarriesNoSecret: whatever listens at the address a forward goes to (a reused
+// IP, a pod without an agent) learns neither the internal secret nor the agent key.
+func TestForwardCarriesNoSecret(t *testing.T) {
+	const secret = "manager-internal-secret"
+	pod := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	var got *http.Request
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		body, _ = io.ReadAll(r.Body)
+	}))
+	defer srv.Close()
+	addr := srv.Listener.Addr().(*net.TCPAddr)
+	msg := revocation.FromHolder(lease.Holder{Token: "tok-1", Type: "tex", Pod: pod}, "pod", revocation.SiteHolderPod)
+	if err := agentlink.NewHTTPForwarder(nil, addr.Port, secret).Forward(context.Background(), addr.IP.String(), msg); err != nil {
+		t.Fatal(err)
+	}
+	key := agentlink.AgentKey(secret, pod.Namespace)
+	for name, values := range got.Header {
+		for _, v := range values {
+			if strings.Contains(v, secret) || strings.Contains(v, key) {
+				t.Errorf("header %s carries the secret or the key: %q", name, v)
+			}
+		}
+	}
+	if sig := got.Header.Get(agentlink.SignatureHeader); sig != hmacHex(key, string(body)) {
+		t.Errorf("signature %q is not the body's HMAC under the namespace's agent key", sig)
+	}
+}
+
+func hmacHex(key, body string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte(body))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 func msgBody(valid func() agentlink.Message, mut func(*agentlink.Message)) func() string {

@@ -72,6 +72,8 @@ const (
 	// EnvManagerURL tells the agent where the manager's API is: its lazy idle sweep asks the
 	// manager, which dispatches the reaped holders through the full matrix.
 	EnvManagerURL = "LEASE_MANAGER_URL"
+	// EnvAgentKey carries the namespace's agent key (Config.AgentKey).
+	EnvAgentKey = "LEASE_AGENT_KEY"
 )
 
 // AgentURL is the value of LEASE_AGENT_URL: the API port on loopback.
@@ -104,6 +106,10 @@ type Config struct {
 	ManagerURL string
 	// Resources of the agent container; zero means DefaultAgentResources.
 	Resources corev1.ResourceRequirements
+	// AgentKey, when set, gives the key the agents of a namespace verify forwarded
+	// revocations with (agentlink.AgentKey); it becomes LEASE_AGENT_KEY. The manager's
+	// internal secret itself never leaves the manager.
+	AgentKey func(namespace string) string
 }
 
 // DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.

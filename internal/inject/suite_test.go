@@ -83,7 +83,8 @@ var _ = BeforeSuite(func() {
 		}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage})).To(Succeed())
+	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage,
+		AgentKey: func(ns string) string { return "key-of-" + ns }})).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel

@@ -101,6 +101,14 @@ var _ = Describe("Lease agent injection", func() {
 			corev1.EnvVar{Name: "LEASE_AGENT_URL", Value: "http://127.0.0.1:8090"}))
 	})
 
+	It("gives the agent its namespace's key for forwarded revocations, not the manager's secret", func(ctx SpecContext) {
+		pod := newPod(ns, injectTrue)
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+
+		Expect(envByName(agents(stored(ctx, pod))[0])).To(HaveKeyWithValue(inject.EnvAgentKey,
+			corev1.EnvVar{Name: inject.EnvAgentKey, Value: "key-of-" + ns}))
+	})
+
 	It("reads the store from the Secret the pod names", func(ctx SpecContext) {
 		pod := newPod(ns, map[string]string{inject.AnnotationInject: "true", inject.AnnotationStoreSecret: "tex-store"})
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())

@@ -219,7 +219,7 @@ func (f *fixture) serveAgent(pod lease.PodRef) {
 	mux := http.NewServeMux()
 	mux.Handle("POST "+agentlink.ReceiverPath, agentlink.NewReceiver(pod,
 		handlers.NewDefaultRegistry(f.agent.hub, nil, nil),
-		agentlink.WithSharedSecret(sharedSecret), agentlink.WithReceiverLogger(GinkgoLogr.WithName("agent"))))
+		agentlink.WithAgentKey(agentlink.AgentKey(sharedSecret, pod.Namespace)), agentlink.WithReceiverLogger(GinkgoLogr.WithName("agent"))))
 	f.agent.srv.Config.Handler = mux
 	f.agent.srv.Start()
 }
