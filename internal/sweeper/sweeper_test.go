@@ -16,6 +16,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
 
@@ -313,6 +314,28 @@ var _ = Describe("Sweeps", func() {
 })
 
 var _ = Describe("Pod watch", func() {
+	It("identifies a caller the informer has not seen yet from the API server, and never guesses", func(ctx SpecContext) {
+		f := newFixture(ctx, fixtureOptions{})
+		// A watcher whose informer lags: it was never started, so every cache read misses.
+		lagging, err := podwatch.New(cfg, podwatch.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		fresh := f.createPod(ctx, "fresh", "10.9.2.1")
+
+		Expect(lagging.Identify(ctx, "10.9.2.1")).To(Equal(fresh))
+		Expect(lagging.Identify(ctx, "::ffff:10.9.2.1")).To(Equal(fresh))
+		// No pod has the address (a developer's curl): a holder without a pod, as before.
+		Expect(lagging.Identify(ctx, "10.9.2.9")).To(Equal(lease.PodRef{}))
+		// Two running pods claim one address: the caller cannot be determined.
+		f.createPod(ctx, "twin-a", "10.9.2.5")
+		f.createPod(ctx, "twin-b", "10.9.2.5")
+		for _, w := range []*podwatch.Watcher{lagging, f.watcher} {
+			_, err = w.Identify(ctx, "10.9.2.5")
+			Expect(err).To(MatchError(lease.ErrUnavailable))
+		}
+		// The running watcher answers from its cache.
+		Expect(f.watcher.Identify(ctx, "10.9.2.1")).To(Equal(fresh))
+	})
+
 	It("identifies pods by IP, gives endpoints and tells incarnations apart", func(ctx SpecContext) {
 		f := newFixture(ctx, fixtureOptions{})
 		a := f.createPod(ctx, "ip-a", "10.9.1.1")
