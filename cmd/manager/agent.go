@@ -28,6 +28,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/sweeper"
@@ -110,10 +111,10 @@ func runAgent(args []string) error {
 	registry := handlers.NewDefaultRegistry(hub, nil, nil)
 	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
 	// dispatches the reaped holders through the full matrix. Only when no manager is set or
-	// reachable does the agent sweep itself; then its own pod is alive and every other pod
-	// counts as unreachable (podBound: release only; those holders learn of it at their next
-	// check, LEASE_LOST).
-	dispatcher := revocation.NewDispatcher(selfOnly{self: self}, self, registry,
+	// reachable does the agent sweep itself; then its own pod is alive and the liveness of
+	// every other pod is unknown: release only, no handler (those holders learn of it at their
+	// next check, LEASE_LOST).
+	dispatcher := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
 		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
 	var svcOpts []leasing.Option
 	if f.managerURL != "" {
@@ -165,12 +166,3 @@ func stillHeld(store *leasestore.Store) agentlink.HeldFunc {
 		return err == nil, err
 	}
 }
-
-// selfOnly is the agent's pod view: only its own pod is known, and alive.
-type selfOnly struct{ self lease.PodRef }
-
-var _ revocation.PodView = selfOnly{}
-
-func (selfOnly) WaitForSync(context.Context) bool     { return true }
-func (s selfOnly) Alive(pod lease.PodRef) bool        { return pod == s.self }
-func (selfOnly) Endpoint(lease.PodRef) (string, bool) { return "", false }

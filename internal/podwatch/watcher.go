@@ -174,24 +174,56 @@ func (w *Watcher) Status(pod lease.PodRef) (reason string, alive bool) {
 	return Liveness(pod, w.self, obj, w.clock.Now())
 }
 
-// ConfirmDead asks the API server (not the cache) whether pod is dead, so that a pod the
-// informer has not seen yet (created a moment ago) is not reaped. A read error is returned
-// and means "do not reap".
-func (w *Watcher) ConfirmDead(ctx context.Context, pod lease.PodRef) (dead bool, reason string, err error) {
+// Verdict is the liveness predicate's answer for one holder pod.
+type Verdict struct {
+	Alive bool
+	// Reason is one of the Reason constants.
+	Reason string
+	// IP is the live pod's address (where its agent listens); empty for this process's
+	// own pod, which needs none.
+	IP string
+}
+
+// Confirm is the liveness decision before anything destructive (a pod reap, the dead path
+// of a dispatch): alive when the cache says so; a pod the cache calls dead, or cannot read,
+// is read from the API server, which has the last word. So a pod created a moment ago, or
+// outside the watched namespaces or selector, is not treated as dead. A read error is
+// returned and means "do not decide dead".
+func (w *Watcher) Confirm(ctx context.Context, pod lease.PodRef) (Verdict, error) {
+	now := w.clock.Now()
 	if pod.Name == "" || IsSelf(pod, w.self) {
-		reason, alive := Liveness(pod, w.self, nil, w.clock.Now())
-		return !alive, reason, nil
+		reason, alive := Liveness(pod, w.self, nil, now)
+		return Verdict{Alive: alive, Reason: reason}, nil
+	}
+	if obj, err := w.cached(pod); err == nil {
+		if reason, alive := Liveness(pod, w.self, obj, now); alive {
+			return Verdict{Alive: true, Reason: reason, IP: PodIP(obj)}, nil
+		}
 	}
 	obj := &corev1.Pod{}
-	err = w.api.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Name}, obj)
+	err := w.api.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Name}, obj)
 	switch {
 	case apierrors.IsNotFound(err):
 		obj = nil
 	case err != nil:
-		return false, ReasonUnknown, fmt.Errorf("reading pod %s: %w", pod, err)
+		return Verdict{Reason: ReasonUnknown}, fmt.Errorf("reading pod %s: %w", pod, err)
 	}
-	reason, alive := Liveness(pod, w.self, obj, w.clock.Now())
-	return !alive, reason, nil
+	reason, alive := Liveness(pod, w.self, obj, now)
+	v := Verdict{Alive: alive, Reason: reason}
+	if alive {
+		v.IP = PodIP(obj)
+	}
+	return v, nil
+}
+
+// ConfirmDead is Confirm for callers that only ask "dead?": dead only when the API server
+// agrees with the cache.
+func (w *Watcher) ConfirmDead(ctx context.Context, pod lease.PodRef) (dead bool, reason string, err error) {
+	v, err := w.Confirm(ctx, pod)
+	if err != nil {
+		return false, v.Reason, err
+	}
+	return !v.Alive, v.Reason, nil
 }
 
 // Endpoint returns the IP of pod when the pod is alive (the address its agent listens on).

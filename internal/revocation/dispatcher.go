@@ -19,17 +19,20 @@ import (
 	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
-// PodView is what the dispatcher needs to know about pods (*podwatch.Watcher).
+// PodView is what the dispatcher needs to know about pods: the one liveness source
+// (*podwatch.Watcher on the manager, podwatch.SelfOnly on the agent).
 type PodView interface {
 	// WaitForSync blocks until the view is complete; nothing is decided before.
 	WaitForSync(ctx context.Context) bool
-	// Alive is the liveness predicate (podwatch.Liveness).
-	Alive(pod lease.PodRef) bool
-	// Endpoint returns the IP of a live pod.
-	Endpoint(pod lease.PodRef) (ip string, ok bool)
+	// Confirm applies the liveness predicate, confirming with the API server before it
+	// calls a pod dead; an error means "unknown".
+	Confirm(ctx context.Context, pod lease.PodRef) (podwatch.Verdict, error)
 }
 
-var _ PodView = (*podwatch.Watcher)(nil)
+var (
+	_ PodView = (*podwatch.Watcher)(nil)
+	_ PodView = podwatch.SelfOnly{}
+)
 
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -227,11 +230,19 @@ func (d *Dispatcher) dispatch(ctx context.Context, it item) {
 		d.dispatched.WithLabelValues("none", "error").Inc()
 		return
 	}
-	in := Input{Self: self, Alive: self || d.pods.Alive(h.Pod), PodBound: h.PodBound}
+	in := Input{Self: self, PodBound: h.PodBound}
+	var ip string
+	if !self {
+		v, err := d.pods.Confirm(ctx, h.Pod)
+		in.Alive, in.Unknown, ip = v.Alive, err != nil, v.IP
+		if err != nil {
+			log.Info("Holder pod liveness unknown, nothing destructive is done", "error", err.Error())
+		}
+	}
 	action := Decide(in)
 	var forwardErr error
 	if action == ActionForward {
-		forwardErr = d.forward(ctx, h, it.reason)
+		forwardErr = d.forward(ctx, h, ip, it.reason)
 		if forwardErr != nil {
 			in.Unreachable = true
 			action = Decide(in)
@@ -253,12 +264,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, it item) {
 		log.Info("Lease revoked", "action", action, "tookMs", d.clock.Since(start).Milliseconds())
 	}
 	d.dispatched.WithLabelValues(string(action), outcome).Inc()
-	d.recordEvent(h, it.reason, action, forwardErr, err)
+	d.recordEvent(h, it.reason, action, in.Unknown, forwardErr, err)
 }
 
-func (d *Dispatcher) forward(ctx context.Context, h lease.Holder, reason string) error {
-	ip, ok := d.pods.Endpoint(h.Pod)
-	if !ok {
+func (d *Dispatcher) forward(ctx context.Context, h lease.Holder, ip, reason string) error {
+	if ip == "" {
 		return fmt.Errorf("pod %s has no endpoint", h.Pod)
 	}
 	return d.forwarder.Forward(ctx, ip, FromHolder(h, reason, SiteHolderPod))
@@ -276,7 +286,7 @@ func (d *Dispatcher) runHandler(ctx context.Context, r Revocation) error {
 }
 
 // recordEvent puts an Event on the holder's Pod, so that kubectl describe pod shows it.
-func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, forwardErr, err error) {
+func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, unknown bool, forwardErr, err error) {
 	if d.recorder == nil || h.Pod.Name == "" || h.Pod.Namespace == "" {
 		return
 	}
@@ -295,7 +305,10 @@ func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, f
 		ActionReleaseOnly: "slot released; the pod-bound resource died with the pod",
 		ActionReaper:      "handler ran on the reaper with the holder's payload",
 	}[action]
-	if forwardErr != nil {
+	switch {
+	case unknown:
+		note = "pod liveness unknown; slot released, no handler run"
+	case forwardErr != nil:
 		note = "agent unreachable; " + note
 	}
 	d.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventReasonRevoked, actionVerb(action),

@@ -13,6 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
@@ -20,9 +21,10 @@ import (
 // noPods is a PodView that knows no pod but this process's.
 type noPods struct{}
 
-func (noPods) WaitForSync(context.Context) bool     { return true }
-func (noPods) Alive(lease.PodRef) bool              { return false }
-func (noPods) Endpoint(lease.PodRef) (string, bool) { return "", false }
+func (noPods) WaitForSync(context.Context) bool { return true }
+func (noPods) Confirm(context.Context, lease.PodRef) (podwatch.Verdict, error) {
+	return podwatch.Verdict{Reason: podwatch.ReasonNotFound}, nil
+}
 
 // TestRevokedNeverBlocks fills the queue of a dispatcher whose workers do not run: the
 // caller returns at once, every reap is counted, the overflow is dropped and counted.
@@ -73,5 +75,46 @@ func TestDispatchSelfWithoutPodView(t *testing.T) {
 	ev, ok := hub.Wait(wctx, "t1")
 	if !ok || ev.Reason != "pod" {
 		t.Fatalf("event %+v, %v", ev, ok)
+	}
+}
+
+// TestAgentDecidesNothingDestructiveForOtherPods: the agent (podwatch.SelfOnly) cannot know
+// whether another pod is alive; a session-bound holder of another pod is only released, its
+// handler does not run on a guess (it might end a live pod's session).
+func TestAgentDecidesNothingDestructiveForOtherPods(t *testing.T) {
+	self := lease.PodRef{Namespace: "ns", Name: "agent-pod", UID: "u"}
+	reg := prometheus.NewRegistry()
+	ran := make(chan revocation.Revocation, 1)
+	registry := revocation.NewRegistry()
+	if err := registry.Register("mcp", revocation.HandlerFunc(func(_ context.Context, r revocation.Revocation) error {
+		ran <- r
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	d := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
+		revocation.WithMetrics(metrics.New(nil)), revocation.WithRegisterer(reg))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = d.Start(ctx) }()
+	other := lease.PodRef{Namespace: "ns", Name: "brain-0", UID: "b"}
+	d.Revoked(ctx, "idle", []lease.Holder{{Token: "t1", Type: "mcp", Resource: "browser", Pod: other,
+		Payload: map[string]string{"endpoint": "http://mcp/", "sessionId": "s"}}})
+	want := `
+# HELP vance_lease_revocation_dispatch_total Revoked holders dispatched, by matrix action and outcome (ok, error).
+# TYPE vance_lease_revocation_dispatch_total counter
+vance_lease_revocation_dispatch_total{action="release-only",outcome="ok"} 1
+`
+	deadline := time.Now().Add(5 * time.Second)
+	for promtestutil.GatherAndCompare(reg, strings.NewReader(want), "vance_lease_revocation_dispatch_total") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal(promtestutil.GatherAndCompare(reg, strings.NewReader(want), "vance_lease_revocation_dispatch_total"))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the metric, as Eventually does
+	}
+	select {
+	case r := <-ran:
+		t.Errorf("handler ran at %s for a pod whose liveness is unknown", r.Site)
+	default:
 	}
 }

@@ -38,6 +38,10 @@ type Input struct {
 	// Unreachable: a forward to the holder's pod was tried and failed; the pod is then
 	// treated as dead.
 	Unreachable bool
+	// Unknown: the liveness of the holder's pod could not be confirmed (the API server
+	// could not be read, or this process may not read pods: the agent). Nothing
+	// destructive is decided on a guess: the slot is released, no handler runs.
+	Unknown bool
 }
 
 // Decide is the dispatch matrix of specification §6:
@@ -46,6 +50,7 @@ type Input struct {
 //	holder pod alive, another pod     → forward to its agent (failure → as dead)
 //	holder pod dead,  podBound        → release only
 //	holder pod dead,  not podBound    → handler on the reaper with the payload
+//	holder pod liveness unknown       → release only (the remote resource expires itself)
 //
 // This process's pod is alive by definition, whatever the other fields say.
 func Decide(in Input) Action {
@@ -54,7 +59,7 @@ func Decide(in Input) Action {
 		return ActionLocal
 	case in.Alive && !in.Unreachable:
 		return ActionForward
-	case in.PodBound:
+	case in.PodBound, in.Unknown && !in.Alive:
 		return ActionReleaseOnly
 	default:
 		return ActionReaper

@@ -18,6 +18,9 @@ func TestDecide(t *testing.T) {
 		{"alive elsewhere, forward failed, not podBound", Input{Alive: true, Unreachable: true}, ActionReaper},
 		{"dead, podBound", Input{PodBound: true}, ActionReleaseOnly},
 		{"dead, not podBound", Input{}, ActionReaper},
+		{"liveness unknown, podBound", Input{Unknown: true, PodBound: true}, ActionReleaseOnly},
+		{"liveness unknown, not podBound: nothing destructive", Input{Unknown: true}, ActionReleaseOnly},
+		{"this pod, liveness of others unknown", Input{Self: true, Unknown: true}, ActionLocal},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,10 +50,9 @@ type Store interface {
 type Liveness interface {
 	// WaitForSync blocks until the informer has listed the pods once.
 	WaitForSync(ctx context.Context) bool
-	// Alive is the liveness predicate on the cached pod.
-	Alive(pod lease.PodRef) bool
-	// ConfirmDead re-checks a pod the cache calls dead against the API server.
-	ConfirmDead(ctx context.Context, pod lease.PodRef) (dead bool, reason string, err error)
+	// Confirm is the liveness predicate: the cache, confirmed with the API server before a
+	// pod is called dead (the same source the dispatcher decides with).
+	Confirm(ctx context.Context, pod lease.PodRef) (podwatch.Verdict, error)
 }
 
 // Listener receives reaped holders (the revocation dispatcher). It must not block.
@@ -232,16 +231,14 @@ func (s *Sweeper) reapDeadPods(ctx context.Context) (int, error) {
 
 // reapIfDead reaps pod's holders when the cache and the API server both call it dead.
 func (s *Sweeper) reapIfDead(ctx context.Context, pod lease.PodRef) (int, error) {
-	if s.pods.Alive(pod) {
-		return 0, nil
-	}
 	cctx, cancel := context.WithTimeout(ctx, confirmTimeout)
-	dead, reason, err := s.pods.ConfirmDead(cctx, pod)
+	v, err := s.pods.Confirm(cctx, pod)
 	cancel()
-	if err != nil || !dead {
-		// Not sure: leave it to the next round (the TTL still bounds it).
+	if err != nil || v.Alive {
+		// Alive, or not sure: leave it to the next round (the TTL still bounds it).
 		return 0, err
 	}
+	reason := v.Reason
 	holders, err := s.store.ReapPod(ctx, pod)
 	s.dispatch(ctx, ReasonPod, holders)
 	if len(holders) > 0 {

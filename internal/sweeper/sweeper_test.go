@@ -13,10 +13,14 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
 
@@ -157,6 +161,40 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		Expect(f.held(ctx, h.Token)).To(BeFalse())
 		Expect(elsewhere.got()).To(BeEmpty())
 		Expect(configured.got()).To(BeEmpty())
+	})
+
+	It("confirms with the API server before taking the dead path for a pod its cache does not know", func(ctx SpecContext) {
+		f := newFixture(ctx, fixtureOptions{})
+		mcp := newMCPServer()
+		createMCPConfig(ctx, f.ns, "mcp-auth", mcp.URL+"/mcp", "s3cret")
+		pod := f.createPod(ctx, "brain-5", "127.0.0.1")
+		f.serveAgent(pod)
+		// A replica whose informer does not have the pod (here: outside its selector; in
+		// production: a pod created a moment ago, or in a namespace it does not watch).
+		blind, err := podwatch.New(cfg, podwatch.Options{Self: f.self, Namespaces: []string{f.ns},
+			LabelSelector: labels.SelectorFromSet(labels.Set{"app": "none"})})
+		Expect(err).NotTo(HaveOccurred())
+		disp := revocation.NewDispatcher(blind, f.self, handlers.NewDefaultRegistry(nil, handlers.ClientSecretReader{Reader: k8sClient}, nil),
+			revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
+			revocation.WithMetrics(metrics.New(nil)), revocation.WithLogger(GinkgoLogr.WithName("blind")))
+		runCtx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = blind.Start(runCtx) })
+		wg.Go(func() { _ = disp.Start(runCtx) })
+		DeferCleanup(func() { cancel(); wg.Wait() })
+		Expect(blind.WaitForSync(ctx)).To(BeTrue())
+		Expect(blind.Alive(pod)).To(BeFalse(), "the blind replica's cache must not know the pod")
+
+		h := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,
+			map[string]string{"endpoint": mcp.URL + "/mcp", "sessionId": "sess-5", "authSecret": "mcp-auth"})
+		_, ok, err := f.store.Revoke(ctx, h.Token, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeTrue())
+		disp.Revoked(ctx, "revoke", []lease.Holder{h})
+
+		// The pod is alive: the revocation reaches its agent, its session is left alone.
+		Eventually(published(f.agent.hub, h.Token)).ShouldNot(noEvent)
+		Consistently(mcp.got).Should(BeEmpty())
 	})
 
 	It("takes the dead path when the forward to a live pod fails", func(ctx SpecContext) {
