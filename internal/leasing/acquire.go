@@ -233,16 +233,19 @@ func (s *Service) sweep(ctx context.Context, resource string) int {
 	if !s.sweeps.allow(resource, s.clk.Now(), s.cfg.sweepInterval) {
 		return 0
 	}
-	reap := s.store.ReapIdle
+	var reaped []lease.Holder
+	var dispatched int
+	var err error
 	if s.cfg.idleReaper != nil {
-		reap = s.cfg.idleReaper
+		reaped, dispatched, err = s.cfg.idleReaper(ctx, resource)
+	} else {
+		reaped, err = s.store.ReapIdle(ctx, resource)
 	}
-	reaped, err := reap(ctx, resource)
 	if err != nil && ctx.Err() == nil {
-		logf.FromContext(ctx).Error(err, "Lazy idle sweep failed", "resource", resource, "reaped", len(reaped))
+		logf.FromContext(ctx).Error(err, "Lazy idle sweep failed", "resource", resource, "reaped", len(reaped)+dispatched)
 	}
 	if len(reaped) == 0 {
-		return 0
+		return dispatched
 	}
 	if s.listener == nil { // otherwise the listener counts them, as for every reap path
 		s.metrics.Reap.WithLabelValues(metrics.ReapIdle).Add(float64(len(reaped)))
@@ -251,7 +254,7 @@ func (s *Service) sweep(ctx context.Context, resource string) int {
 		s.tokens.forget(h.Token)
 	}
 	s.dispatch(ctx, metrics.ReapIdle, reaped)
-	return len(reaped)
+	return len(reaped) + dispatched
 }
 
 // sleep pauses for d on the service's clock; false when ctx ended first.

@@ -376,9 +376,10 @@ func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
 func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 	var swept []string
 	var e *env
-	reaper := func(ctx context.Context, resource string) ([]lease.Holder, error) {
+	reaper := func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
 		swept = append(swept, resource)
-		return e.store.ReapIdle(ctx, resource)
+		hs, err := e.store.ReapIdle(ctx, resource)
+		return hs, 0, err
 	}
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}},
 		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
@@ -396,5 +397,32 @@ func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the listener never got the swept holder")
+	}
+}
+
+// TestLazySweepElsewhereRetriesAtOnce: when the injected reaper (the agent's relay to the
+// manager) freed slots whose holders it dispatched itself, the acquisition retries at once:
+// with waitMs 0 it gets the slot instead of answering BUSY.
+func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
+	var e *env
+	reaper := func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
+		hs, err := e.store.ReapIdle(ctx, resource) // "the manager" reaps and dispatches
+		return nil, len(hs), err
+	}
+	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 0}},
+		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
+	ctx := ctxT(t)
+	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
+	h, err := e.store.GetHolder(ctx, stale.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for now, err := e.store.ServerTime(ctx); !now.After(h.LastSeenAt.Add(time.Second)); now, err = e.store.ServerTime(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v")); err != nil {
+		t.Fatalf("acquire with waitMs 0 after the relay freed the slot: %v", err)
 	}
 }

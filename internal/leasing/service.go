@@ -116,9 +116,11 @@ type config struct {
 	random           func() float64
 }
 
-// IdleReaper runs the lazy idle sweep of one resource and returns the holders it reaped for
-// this service to hand to its listener (none when the reaper dispatched them itself).
-type IdleReaper func(ctx context.Context, resource string) ([]lease.Holder, error)
+// IdleReaper runs the lazy idle sweep of one resource. It returns the holders it reaped for
+// this service to hand to its listener, and how many more it freed whose holders it had
+// dispatched itself (the manager, for an agent's relay); either makes a busy acquisition
+// retry at once.
+type IdleReaper func(ctx context.Context, resource string) (reaped []lease.Holder, dispatched int, err error)
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's

@@ -101,34 +101,40 @@ func (g *relayGate) allow(resource string, now time.Time, interval time.Duration
 }
 
 // RelayReaper returns an idle reaper for the agent's admission service: it asks the manager
-// at managerURL to sweep, and returns no holders (the manager dispatched them). When the
-// manager cannot be reached it falls back to reaping with local (returning the holders for
-// the agent's own dispatcher).
-func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) ([]lease.Holder, error) {
+// at managerURL to sweep and returns how many holders the manager reaped (and dispatched), so
+// that a busy acquisition retries at once. When the manager cannot be reached it falls back
+// to reaping with local, returning the holders for the agent's own dispatcher.
+func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
 	url := strings.TrimRight(managerURL, "/") + RelayPath
-	return func(ctx context.Context, resource string) ([]lease.Holder, error) {
+	return func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
 		body, err := json.Marshal(relayRequest{Resource: resource})
 		if err != nil {
-			return nil, fmt.Errorf("encoding sweep request: %w", err)
+			return nil, 0, fmt.Errorf("encoding sweep request: %w", err)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			return nil, fmt.Errorf("building sweep request: %w", err)
+			return nil, 0, fmt.Errorf("building sweep request: %w", err)
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err == nil {
+			var out relayResponse
+			derr := json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&out)
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil, nil
+			switch {
+			case resp.StatusCode == http.StatusOK && derr == nil:
+				return nil, max(out.Reaped, 0), nil
+			case resp.StatusCode == http.StatusOK:
+				// Swept, but the count was lost: no retry at once, the wait loop polls on.
+				return nil, 0, nil
 			}
 			err = fmt.Errorf("manager answered %s", resp.Status)
 		}
 		holders, lerr := local.ReapIdle(ctx, resource)
-		return holders, errors.Join(fmt.Errorf("asking the manager to sweep %s (swept here instead): %w", resource, err), lerr)
+		return holders, 0, errors.Join(fmt.Errorf("asking the manager to sweep %s (swept here instead): %w", resource, err), lerr)
 	}
 }

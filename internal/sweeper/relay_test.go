@@ -66,9 +66,9 @@ func TestRelayReapsOnTheManager(t *testing.T) {
 	h := idleHolder(t, s, "r")
 
 	reap := sweeper.RelayReaper(srv.Client(), srv.URL, s)
-	holders, err := reap(context.Background(), "r")
-	if err != nil || len(holders) != 0 {
-		t.Fatalf("relay = %v, %v; want no holders back (the manager dispatched them)", holders, err)
+	holders, freed, err := reap(context.Background(), "r")
+	if err != nil || len(holders) != 0 || freed != 1 {
+		t.Fatalf("relay = %v, %d, %v; want no holders back (the manager dispatched them) and 1 freed", holders, freed, err)
 	}
 	if diff := cmp.Diff([]string{"idle:" + h.Token}, listener.got()); diff != "" {
 		t.Errorf("manager's listener (-want +got):\n%s", diff)
@@ -78,7 +78,7 @@ func TestRelayReapsOnTheManager(t *testing.T) {
 	}
 	// Within the interval the manager does not sweep that resource again.
 	h2 := idleHolder(t, s, "r")
-	if _, err := reap(context.Background(), "r"); err != nil {
+	if _, freed, err := reap(context.Background(), "r"); err != nil || freed != 0 {
 		t.Fatal(err)
 	}
 	if err := s.Touch(context.Background(), h2.Token); err != nil {
@@ -105,7 +105,7 @@ func TestRelayFallsBackToALocalSweep(t *testing.T) {
 	srv.Close()
 	h := idleHolder(t, s, "r")
 
-	holders, err := sweeper.RelayReaper(nil, url, s)(context.Background(), "r")
+	holders, _, err := sweeper.RelayReaper(nil, url, s)(context.Background(), "r")
 	if err == nil {
 		t.Error("no error for an unreachable manager")
 	}
