@@ -132,15 +132,20 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 		req       leasing.Request
 		wantField string
 	}{
-		"no type":            {mod(func(r *leasing.Request) { r.Type = "" }), "type"},
-		"unregistered type":  {mod(func(r *leasing.Request) { r.Type = "pdf" }), "type"},
-		"bad lease name":     {mod(func(r *leasing.Request) { r.Lease = "../etc" }), "lease"},
-		"long lease name":    {mod(func(r *leasing.Request) { r.Lease = strings.Repeat("a", 65) }), "lease"},
-		"lease and inline":   {mod(func(r *leasing.Request) { r.Inline = &definition.InlineSpec{Name: "x"} }), "inline"},
-		"no tenant":          {mod(func(r *leasing.Request) { r.Tenant = "" }), "tenant"},
-		"bad tenant":         {mod(func(r *leasing.Request) { r.Tenant = "a|b" }), "tenant"},
-		"no project":         {mod(func(r *leasing.Request) { r.Project = "" }), "project"},
-		"bad project":        {mod(func(r *leasing.Request) { r.Project = "p/q" }), "project"},
+		"no type":             {mod(func(r *leasing.Request) { r.Type = "" }), "type"},
+		"unregistered type":   {mod(func(r *leasing.Request) { r.Type = "pdf" }), "type"},
+		"bad lease name":      {mod(func(r *leasing.Request) { r.Lease = "../etc" }), "lease"},
+		"long lease name":     {mod(func(r *leasing.Request) { r.Lease = strings.Repeat("a", 65) }), "lease"},
+		"lease and inline":    {mod(func(r *leasing.Request) { r.Inline = &definition.InlineSpec{Name: "x"} }), "inline"},
+		"no tenant":           {mod(func(r *leasing.Request) { r.Tenant = "" }), "tenant"},
+		"bad tenant":          {mod(func(r *leasing.Request) { r.Tenant = "a|b" }), "tenant"},
+		"no project":          {mod(func(r *leasing.Request) { r.Project = "" }), "project"},
+		"bad project":         {mod(func(r *leasing.Request) { r.Project = "p/q" }), "project"},
+		"system tenant":       {mod(func(r *leasing.Request) { r.Tenant = definition.SystemTenant }), "tenant"},
+		"tenant-wide project": {mod(func(r *leasing.Request) { r.Project = definition.TenantProject }), "project"},
+		"inline, tenant-wide project": {mod(func(r *leasing.Request) {
+			r.Lease, r.Project, r.Inline = "", definition.TenantProject, &definition.InlineSpec{Name: "b", Levels: definition.Levels{Project: ptr(int32(1))}}
+		}), "project"},
 		"bad user":           {mod(func(r *leasing.Request) { r.User = "u/v" }), "user"},
 		"user level no user": {mod(func(r *leasing.Request) { r.User = "" }), "user"},
 		"holderRef control":  {mod(func(r *leasing.Request) { r.HolderRef = "a\nb" }), "holderRef"},

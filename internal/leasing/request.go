@@ -103,6 +103,14 @@ func (s *Service) validate(req Request) error {
 	if req.Project == "" {
 		return lease.Invalid("project", "is required")
 	}
+	// The definition layers' reserved scope names are no holder's: tenant _vance would book
+	// the system scope, project _tenant would skip the project layer and level.
+	if req.Tenant == definition.SystemTenant {
+		return lease.Invalid("tenant", "%q is reserved for the system layer", req.Tenant)
+	}
+	if req.Project == definition.TenantProject {
+		return lease.Invalid("project", "%q is reserved for the tenant layer", req.Project)
+	}
 	if err := definition.ValidateScope(req.Tenant, req.Project); err != nil {
 		return definitionError("validating scope", err)
 	}
