@@ -167,16 +167,28 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 	}
 }
 
-// poll is one round of a waiting acquisition, bounded by remaining: a probe, while full
-// possibly a lazy sweep, and the write attempt only when the probe (or the sweep) found room.
-// It returns the holder, or the busy diagnosis, or an error. A round cut short by the
-// deadline or by ctx reports busy with the last diagnosis it has.
+// minRoundBudget is the least time a waiting round gives its store calls, however little of
+// the wait is left. A healthy store answers well within it, so a store call that outlives it
+// is a store that does not answer: LEASE_UNAVAILABLE, not a diagnosis of a full level
+// (specification §3). The wait may thus run over by at most this much.
+const minRoundBudget = time.Second
+
+// poll is one round of a waiting acquisition, bounded by remaining (at least minRoundBudget):
+// a probe, while full possibly a lazy sweep, and the write attempt only when the probe (or the
+// sweep) found room. It returns the holder, or the busy diagnosis, or an error. A round cut
+// short by ctx (the caller is gone) reports busy with the last diagnosis it has; a store call
+// cut by the round's own deadline is unavailable.
 func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
 	last *lease.BusyError) (lease.Holder, *lease.BusyError, error) {
 	op := "acquiring " + req.Resource
-	rctx, cancel := context.WithTimeout(ctx, remaining)
+	rctx, cancel := context.WithTimeout(ctx, max(remaining, minRoundBudget))
 	defer cancel()
-	cut := func() (lease.Holder, *lease.BusyError, error) {
+	// cut answers a failed store call: classified (err from storeError), unless the caller
+	// is gone.
+	cut := func(err error) (lease.Holder, *lease.BusyError, error) {
+		if ctx.Err() == nil {
+			return lease.Holder{}, nil, err
+		}
 		b := *last
 		b.Err = ctx.Err()
 		return lease.Holder{}, nil, &b
@@ -186,10 +198,7 @@ func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remai
 		var err error
 		full, err = s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
 		if err != nil {
-			if rctx.Err() != nil {
-				return cut()
-			}
-			return lease.Holder{}, nil, storeError(op, "lease", err)
+			return cut(storeError(op, "lease", err))
 		}
 	}
 	if full != nil && s.sweep(rctx, req.Resource) > 0 {
@@ -200,10 +209,10 @@ func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remai
 	}
 	h, err := s.store.Acquire(rctx, req)
 	busy, err := s.outcome(op, err)
-	if err != nil && rctx.Err() != nil {
-		return cut()
+	if err != nil {
+		return cut(err)
 	}
-	return h, busy, err
+	return h, busy, nil
 }
 
 // outcome sorts the result of one store attempt: success (nil, nil), busy (diagnosis,
