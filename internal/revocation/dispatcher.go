@@ -49,6 +49,9 @@ const (
 	DefaultQueueSize = 4096
 	DefaultWorkers   = 4
 	DefaultTimeout   = 30 * time.Second
+	// DefaultDrainTimeout bounds the dispatch of what is still queued at shutdown. With the
+	// manager's 30 s termination grace period it leaves time for the HTTP servers' shutdown.
+	DefaultDrainTimeout = 20 * time.Second
 )
 
 // Dispatcher sends revoked holders through the dispatch matrix (Decide), asynchronously:
@@ -66,6 +69,7 @@ type Dispatcher struct {
 	log       logr.Logger
 	workers   int
 	timeout   time.Duration
+	drain     time.Duration
 
 	queue      chan item
 	dropped    prometheus.Counter
@@ -135,6 +139,10 @@ func WithWorkers(n int) Option { return func(d *Dispatcher) { d.workers = n } }
 // WithTimeout bounds the dispatch of one holder: forward plus handler (default 30 s).
 func WithTimeout(t time.Duration) Option { return func(d *Dispatcher) { d.timeout = t } }
 
+// WithDrainTimeout bounds the drain at shutdown (default DefaultDrainTimeout; keep it below
+// the pod's terminationGracePeriodSeconds).
+func WithDrainTimeout(t time.Duration) Option { return func(d *Dispatcher) { d.drain = t } }
+
 // NewDispatcher returns a dispatcher for the process running in pod self, deciding with
 // pods and running the handlers of registry.
 func NewDispatcher(pods PodView, self lease.PodRef, registry *Registry, opts ...Option) *Dispatcher {
@@ -146,6 +154,7 @@ func NewDispatcher(pods PodView, self lease.PodRef, registry *Registry, opts ...
 		log:      logr.Discard(),
 		workers:  DefaultWorkers,
 		timeout:  DefaultTimeout,
+		drain:    DefaultDrainTimeout,
 		queue:    make(chan item, DefaultQueueSize),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vance_lease_revocation_dropped_total",
@@ -189,26 +198,53 @@ func (d *Dispatcher) Revoked(ctx context.Context, reason string, holders []lease
 	}
 }
 
-// Start runs the workers until ctx is done; holders still queued then are not dispatched.
+// Start runs the workers until ctx is done (the manager got SIGTERM), then drains: what is
+// still queued is dispatched, for at most the drain timeout, after which the dispatches in
+// flight are cancelled and the rest is dropped with a log line. The holders are already gone
+// from the store either way; a crash loses the queue without a drain (docs/operations.md).
 func (d *Dispatcher) Start(ctx context.Context) error {
+	// The workers' context outlives ctx by the drain: a forward or a session DELETE started
+	// during the drain must not be cancelled by the very signal that started it.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
 	var wg sync.WaitGroup
 	for range d.workers {
 		wg.Go(func() {
 			for {
 				select {
 				case <-ctx.Done():
+					d.drainQueue(wctx)
 					return
 				case it := <-d.queue:
-					d.dispatch(ctx, it)
+					d.dispatch(wctx, it)
 				}
 			}
 		})
 	}
+	<-ctx.Done()
+	if n := len(d.queue); n > 0 {
+		d.log.Info("Draining the revocation queue before stopping", "queued", n, "timeout", d.drain)
+	}
+	stop := time.AfterFunc(d.drain, cancel)
+	defer stop.Stop()
 	wg.Wait()
 	if n := len(d.queue); n > 0 {
-		d.log.Info("Dispatcher stopped with revocations still queued", "queued", n)
+		d.log.Info("Dispatcher stopped with revocations still queued, their handlers will not run", "queued", n)
 	}
 	return nil
+}
+
+// drainQueue dispatches what is queued until the queue is empty or ctx (the drain timeout)
+// ends.
+func (d *Dispatcher) drainQueue(ctx context.Context) {
+	for ctx.Err() == nil {
+		select {
+		case it := <-d.queue:
+			d.dispatch(ctx, it)
+		default:
+			return
+		}
+	}
 }
 
 // NeedLeaderElection is false: every replica dispatches what it reaped.

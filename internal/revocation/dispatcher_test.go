@@ -2,10 +2,14 @@ package revocation_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
@@ -116,5 +120,74 @@ vance_lease_revocation_dispatch_total{action="release-only",outcome="ok"} 1
 	case r := <-ran:
 		t.Errorf("handler ran at %s for a pod whose liveness is unknown", r.Site)
 	default:
+	}
+}
+
+// recordingRegistry has one handler for type "tex" that records the tokens it ran for;
+// block, when not nil, holds every call until it is closed or the call's context ends.
+func recordingRegistry(t *testing.T, block chan struct{}) (*revocation.Registry, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var ran []string
+	reg := revocation.NewRegistry()
+	if err := reg.Register("tex", revocation.HandlerFunc(func(ctx context.Context, r revocation.Revocation) error {
+		if block != nil {
+			select {
+			case <-block:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, r.Token)
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	return reg, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), ran...)
+	}
+}
+
+// TestDispatcherDrainsOnShutdown: holders queued when the manager is told to stop (SIGTERM
+// cancels the context) are still dispatched before Start returns.
+func TestDispatcherDrainsOnShutdown(t *testing.T) {
+	self := lease.PodRef{Namespace: "ns", Name: "manager-0", UID: "u"}
+	reg, ran := recordingRegistry(t, nil)
+	d := revocation.NewDispatcher(noPods{}, self, reg, revocation.WithMetrics(metrics.New(nil)))
+	var want []string
+	for i := range 50 {
+		tok := fmt.Sprintf("t%02d", i)
+		want = append(want, tok)
+		d.Revoked(context.Background(), "pod", []lease.Holder{{Token: tok, Type: "tex", Pod: self, PodBound: true}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the signal arrived
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, ran(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("dispatched before Start returned (-queued +dispatched):\n%s", diff)
+	}
+}
+
+// TestDispatcherDrainIsBounded: a drain that does not finish within its timeout gives up,
+// so that the process ends within its termination grace period.
+func TestDispatcherDrainIsBounded(t *testing.T) {
+	self := lease.PodRef{Namespace: "ns", Name: "manager-0", UID: "u"}
+	reg, ran := recordingRegistry(t, make(chan struct{})) // never released
+	d := revocation.NewDispatcher(noPods{}, self, reg, revocation.WithMetrics(metrics.New(nil)),
+		revocation.WithDrainTimeout(50*time.Millisecond))
+	d.Revoked(context.Background(), "pod", []lease.Holder{{Token: "stuck", Type: "tex", Pod: self, PodBound: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Start(ctx); err != nil { // returns: the drain gave up on the stuck handler
+		t.Fatal(err)
+	}
+	if got := ran(); len(got) != 0 {
+		t.Errorf("the stuck handler completed: %v", got)
 	}
 }
