@@ -184,7 +184,7 @@ func TestReconcileCorrectsAndRecreates(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(margin + 100*time.Millisecond)
-	for i, want := range []leasestore.ReconcileResult{{Skipped: 4}, {Corrected: 4}} {
+	for i, want := range []leasestore.ReconcileResult{{Skipped: 4}, {Corrected: 4, Lowered: 4}} {
 		res, err := clean.Reconcile(context.Background())
 		if err != nil {
 			t.Fatal(err)

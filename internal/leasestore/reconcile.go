@@ -82,6 +82,9 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 			}
 			if r.DeletedCount == 1 {
 				res.Deleted++
+				if c.Count > 0 {
+					res.Lowered++
+				}
 			} else {
 				res.Skipped++
 			}
@@ -96,6 +99,9 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 		}
 		if r.MatchedCount == 1 {
 			res.Corrected++
+			if want < c.Count {
+				res.Lowered++
+			}
 		} else {
 			res.Skipped++
 		}

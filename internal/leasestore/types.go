@@ -54,6 +54,9 @@ type ReconcileResult struct {
 	Created int
 	// Skipped counts drifting counters left alone: too recent, or changed while read.
 	Skipped int
+	// Lowered counts the corrected or deleted counters that stood above what is booked
+	// (the confirmed lowerings; a subset of Corrected and Deleted).
+	Lowered int
 }
 
 // unavailable wraps a store error as LEASE_UNAVAILABLE, keeping the cause.
