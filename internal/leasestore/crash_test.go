@@ -15,6 +15,9 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // crashAt returns a fault hook that fails (with err) the first time step is reached for a
@@ -176,8 +179,15 @@ func TestCrashMidFunnelIsReapedAfterTTL(t *testing.T) {
 
 func TestReconcileCorrectsAndRecreates(t *testing.T) {
 	const margin = 300 * time.Millisecond
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	clean := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0))
+	faulty := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin),
+		leasestore.WithFault(crashAt(leasestore.StepHolderDeleted, "", leasestore.ErrCrash)))
 	// Crash after deleting the first of two holders: the counters read 2 with 1 booked.
-	faulty, clean := pair(t, margin, crashAt(leasestore.StepHolderDeleted, "", leasestore.ErrCrash))
 	h1 := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(2, 2, 2, 2)))
 	h2 := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(2, 2, 2, 2)))
 	if _, err := faulty.Release(context.Background(), h1.Token); !errors.Is(err, leasestore.ErrCrash) {
@@ -200,6 +210,56 @@ func TestReconcileCorrectsAndRecreates(t *testing.T) {
 	}
 	if _, err := clean.GetHolder(context.Background(), h2.Token); err != nil {
 		t.Error(err)
+	}
+
+	// A counter lost while a holder books it (deleted by hand, a restore without it):
+	// reconcile recreates it at once with the booked count, so its cap holds again.
+	tenantKey := key("r", lease.LevelTenant, "acme", "p", "u")
+	deleteCounter(t, uri, db, tenantKey)
+	if _, ok := counts(t, clean)[tenantKey]; ok {
+		t.Fatalf("counter %s still there", tenantKey)
+	}
+	res, err := clean.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (leasestore.ReconcileResult{Created: 1}); res != want {
+		t.Errorf("reconcile after the loss = %+v, want %+v", res, want)
+	}
+	cs, err := clean.ListCounters(context.Background(), leasestore.CounterFilter{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []lease.Counter
+	for _, c := range cs {
+		if c.Key == tenantKey {
+			got = append(got, c)
+		}
+	}
+	if len(got) != 1 || got[0].Count != 1 || got[0].Booked != 1 || got[0].Level != lease.LevelTenant ||
+		got[0].Scope != "acme" || got[0].Resource != "r" {
+		t.Errorf("recreated counter = %+v, want %s at 1 of 1 (resource r, level tenant, scope acme)", got, tenantKey)
+	}
+	// The recreated counter enforces its cap: 2 at tenant level, one held.
+	other := request("r", "acme", "p2", "w", allCaps(2, 2, 2, 2))
+	mustAcquire(t, clean, other)
+	other.User = "x"
+	if _, err := clean.Acquire(context.Background(), other); !errors.Is(err, lease.ErrBusy) {
+		t.Errorf("third holder of tenant acme (cap 2) = %v, want busy", err)
+	}
+}
+
+// deleteCounter removes a counter behind the store's back, as a lost document.
+func deleteCounter(t *testing.T, uri, db, key string) {
+	t.Helper()
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Disconnect(context.Background()) }()
+	r, err := c.Database(db).Collection(leasestore.CountersCollection).DeleteOne(context.Background(), bson.D{{Key: "_id", Value: key}})
+	if err != nil || r.DeletedCount != 1 {
+		t.Fatalf("deleting counter %s: %v, %+v", key, err, r)
 	}
 }
 
