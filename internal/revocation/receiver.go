@@ -12,18 +12,16 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
-// Error codes of the receiver's JSON error bodies {error, message}.
+// Error codes of the receiver's own refusals; the common ones are httpjson's.
 const (
-	ErrCodeInvalid      = "INVALID_REQUEST"
-	ErrCodeUnauthorized = "UNAUTHORIZED"
 	ErrCodeNotHolderPod = "NOT_HOLDER_POD"
 	ErrCodeHandler      = "HANDLER_FAILED"
 	ErrCodeStillHeld    = "STILL_HELD"
-	ErrCodeUnavailable  = "LEASE_UNAVAILABLE"
 )
 
 // validReasons are the reasons a revocation can carry.
@@ -87,29 +85,29 @@ func NewReceiver(self lease.PodRef, registry *Registry, opts ...ReceiverOption) 
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, ErrCodeInvalid, "only POST is allowed")
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
 		return
 	}
 	if rc.secret != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get(SecretHeader)), []byte(rc.secret)) != 1 {
-		writeError(w, http.StatusUnauthorized, ErrCodeUnauthorized, "missing or wrong "+SecretHeader)
+		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized, "missing or wrong "+SecretHeader)
 		return
 	}
 	msg, err := decodeMessage(w, req)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, ErrCodeInvalid, err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
 		return
 	}
 	if rc.self.Name != "" {
 		pod := lease.PodRef{Namespace: msg.Pod.Namespace, Name: msg.Pod.Name, UID: msg.Pod.UID}
 		if !podwatch.IsSelf(pod, rc.self) {
-			writeError(w, http.StatusConflict, ErrCodeNotHolderPod,
+			httpjson.WriteError(w, http.StatusConflict, ErrCodeNotHolderPod,
 				fmt.Sprintf("this is pod %s, not the holder pod %s", rc.self, pod))
 			return
 		}
 	}
 	h, ok := rc.handlers.Handler(msg.Type)
 	if !ok {
-		writeError(w, http.StatusBadRequest, ErrCodeInvalid, fmt.Sprintf("type: no handler for lease type %q", msg.Type))
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, fmt.Sprintf("type: no handler for lease type %q", msg.Type))
 		return
 	}
 	log := rc.log.WithValues("token", msg.Token, "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
@@ -119,16 +117,16 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		held, err := rc.held(ctx, msg.Token)
 		switch {
 		case err != nil:
-			writeError(w, http.StatusServiceUnavailable, ErrCodeUnavailable, err.Error())
+			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, err.Error())
 			return
 		case held:
-			writeError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+msg.Token+" is still held: nothing was revoked")
+			httpjson.WriteError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+msg.Token+" is still held: nothing was revoked")
 			return
 		}
 	}
 	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(SiteHolderPod)); err != nil {
 		log.Error(err, "Revocation handler failed")
-		writeError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
 		return
 	}
 	log.Info("Lease revoked by a reaper, handler ran in the holder pod")
@@ -157,10 +155,4 @@ func decodeMessage(w http.ResponseWriter, req *http.Request) (Message, error) {
 		return msg, errors.New("pod: namespace and name required")
 	}
 	return msg, nil
-}
-
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": message})
 }

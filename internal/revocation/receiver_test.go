@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/utils/clock"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
@@ -38,17 +39,17 @@ func TestReceiver(t *testing.T) {
 	}{
 		"delivered":                       {status: 200, publish: true},
 		"delivered with the right secret": {secret: "right", status: 200, publish: true},
-		"wrong secret":                    {secret: "wrong", status: 401, errCode: revocation.ErrCodeUnauthorized},
-		"missing secret":                  {secret: "-", status: 401, errCode: revocation.ErrCodeUnauthorized},
-		"GET":                             {method: http.MethodGet, status: 405, errCode: revocation.ErrCodeInvalid},
-		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: revocation.ErrCodeInvalid},
-		"missing token":                   {body: msgBody(valid, func(m *revocation.Message) { m.Token = "" }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"bad reason":                      {body: msgBody(valid, func(m *revocation.Message) { m.Reason = "release" }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"missing pod":                     {body: msgBody(valid, func(m *revocation.Message) { m.Pod = revocation.MessagePod{} }), status: 400, errCode: revocation.ErrCodeInvalid},
-		"unknown type":                    {body: msgBody(valid, func(m *revocation.Message) { m.Type = "browser" }), status: 400, errCode: revocation.ErrCodeInvalid},
+		"wrong secret":                    {secret: "wrong", status: 401, errCode: httpjson.CodeUnauthorized},
+		"missing secret":                  {secret: "-", status: 401, errCode: httpjson.CodeUnauthorized},
+		"GET":                             {method: http.MethodGet, status: 405, errCode: httpjson.CodeMethodNotAllowed},
+		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: httpjson.CodeInvalid},
+		"missing token":                   {body: msgBody(valid, func(m *revocation.Message) { m.Token = "" }), status: 400, errCode: httpjson.CodeInvalid},
+		"bad reason":                      {body: msgBody(valid, func(m *revocation.Message) { m.Reason = "release" }), status: 400, errCode: httpjson.CodeInvalid},
+		"missing pod":                     {body: msgBody(valid, func(m *revocation.Message) { m.Pod = revocation.MessagePod{} }), status: 400, errCode: httpjson.CodeInvalid},
+		"unknown type":                    {body: msgBody(valid, func(m *revocation.Message) { m.Type = "browser" }), status: 400, errCode: httpjson.CodeInvalid},
 		"another pod (IP reused)":         {body: msgBody(valid, func(m *revocation.Message) { m.Pod.UID = "uid-old" }), status: 409, errCode: revocation.ErrCodeNotHolderPod},
 		"handler fails":                   {body: msgBody(valid, func(m *revocation.Message) { m.Type = "broken" }), status: 500, errCode: revocation.ErrCodeHandler},
-		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: revocation.ErrCodeInvalid},
+		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: httpjson.CodeInvalid},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -159,7 +160,7 @@ func TestReceiverConfirmsWithTheStore(t *testing.T) {
 	}{
 		"gone from the store": {status: 200},
 		"still held":          {held: true, status: 409, errCode: revocation.ErrCodeStillHeld},
-		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: revocation.ErrCodeUnavailable},
+		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: httpjson.CodeUnavailable},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

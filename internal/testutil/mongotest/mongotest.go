@@ -42,6 +42,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 const (
@@ -64,7 +66,7 @@ var (
 // the URI of a development server started once per test binary (process). Safe for
 // concurrent use. A failure to start is remembered: later calls return the same error.
 func URI() (string, error) {
-	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+	if uri := os.Getenv(settings.EnvMongoURI); uri != "" {
 		return uri, nil
 	}
 	sharedMu.Lock()
