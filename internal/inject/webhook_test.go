@@ -210,7 +210,7 @@ var _ = Describe("Lease agent injection", func() {
 	It("when the webhook is down, holds back only the pods that asked for the agent", func(ctx SpecContext) {
 		By("installing a copy of the generated webhook that points nowhere, limited to this namespace")
 		installed := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: testEnv.WebhookInstallOptions.MutatingWebhooks[0].Name}, installed)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: env.WebhookInstallOptions.MutatingWebhooks[0].Name}, installed)).To(Succeed())
 		down := &admissionregistrationv1.MutatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "down-"},
 			Webhooks:   installed.DeepCopy().Webhooks,
