@@ -16,7 +16,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
-// CodeDisabled: the operator API has no secret configured.
+// CodeDisabled is the error code when the operator API has no secret configured.
 const CodeDisabled = "ADMIN_DISABLED"
 
 // tokenLen is the length of a holder token: 128 random bits in lowercase hex.

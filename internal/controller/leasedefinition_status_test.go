@@ -32,7 +32,7 @@ func TestBuildStatus(t *testing.T) {
 	resolvedMsg := "Resolved: resource tex, caps global 6, tenant 3, project 1, ttl 2m0s, wait 10s"
 	texEffective := &leasev1alpha1.EffectiveDefinition{Resource: "tex",
 		Levels:     &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](6), Tenant: ptr.To[int32](3), Project: ptr.To[int32](1)},
-		TTLSeconds: 120, WaitMs: 10000}
+		TTLSeconds: 120, WaitMs: ptr.To[int32](10000)}
 
 	cases := map[string]struct {
 		prev leasev1alpha1.LeaseDefinitionStatus

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads as prose in test helpers.
-	. "github.com/onsi/gomega"    //nolint:revive // Gomega's matchers read as prose in test helpers.
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,10 +65,10 @@ func AssetsOrSkip(t interface{ Skip(args ...any) }) string {
 
 // ConfigureGomega installs a logger writing to Ginkgo and the suites' default timeouts.
 func ConfigureGomega(eventually time.Duration) {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	SetDefaultEventuallyTimeout(eventually)
-	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
-	SetDefaultConsistentlyDuration(500 * time.Millisecond)
+	logf.SetLogger(zap.New(zap.WriteTo(ginkgo.GinkgoWriter), zap.UseDevMode(true)))
+	gomega.SetDefaultEventuallyTimeout(eventually)
+	gomega.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	gomega.SetDefaultConsistentlyDuration(500 * time.Millisecond)
 }
 
 // Start starts a control plane from the binaries in assetsDir with the project's CRDs.
@@ -126,24 +126,24 @@ func RunManager(mgr ctrl.Manager) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		defer GinkgoRecover()
+		defer ginkgo.GinkgoRecover()
 		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
+		gomega.Expect(mgr.Start(ctx)).To(gomega.Succeed())
 	}()
 	return func() {
 		cancel()
-		Eventually(done).WithTimeout(30 * time.Second).Should(BeClosed())
+		gomega.Eventually(done).WithTimeout(30 * time.Second).Should(gomega.BeClosed())
 	}
 }
 
 // FreshNamespace creates a namespace named prefix-<random> with labels for one spec and
 // deletes it when the spec ends.
 func FreshNamespace(ctx context.Context, c client.Client, prefix string, labels map[string]string) string {
-	GinkgoHelper()
+	ginkgo.GinkgoHelper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels}}
-	Expect(c.Create(ctx, ns)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) {
-		Expect(client.IgnoreNotFound(c.Delete(ctx, ns))).To(Succeed())
+	gomega.Expect(c.Create(ctx, ns)).To(gomega.Succeed())
+	ginkgo.DeferCleanup(func(ctx ginkgo.SpecContext) {
+		gomega.Expect(client.IgnoreNotFound(c.Delete(ctx, ns))).To(gomega.Succeed())
 	})
 	return ns.Name
 }
