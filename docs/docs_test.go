@@ -4,7 +4,6 @@
 package docs
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,8 +24,12 @@ var pending = map[string]bool{
 	"observability.md": true,
 }
 
-// link matches an inline Markdown link or image: [text](target) or ![alt](target "title").
-var link = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+// link matches an inline Markdown link or image: [text](target) or ![alt](target "title");
+// refDef a reference definition: [label]: target.
+var (
+	link   = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	refDef = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:\s*(\S+)`)
+)
 
 func TestRelativeLinksResolve(t *testing.T) {
 	root, err := filepath.Abs("..")
@@ -62,17 +65,13 @@ type mdLink struct {
 // inline code spans), where example text is not a link.
 func links(t *testing.T, file string) []mdLink {
 	t.Helper()
-	f, err := os.Open(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []mdLink
 	fenced := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
+	for i, line := range strings.Split(string(data), "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "```") {
 			fenced = !fenced
 			continue
@@ -81,11 +80,11 @@ func links(t *testing.T, file string) []mdLink {
 			continue
 		}
 		for _, m := range link.FindAllStringSubmatch(stripCode(line), -1) {
-			out = append(out, mdLink{line: n, target: m[1]})
+			out = append(out, mdLink{line: i + 1, target: m[1]})
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+		if m := refDef.FindStringSubmatch(line); m != nil {
+			out = append(out, mdLink{line: i + 1, target: strings.Trim(m[1], "<>")})
+		}
 	}
 	return out
 }
