@@ -70,7 +70,3 @@ func podByIP(w *podwatch.Watcher) func(*http.Request) (lease.PodRef, error) {
 
 // metricsOff disables controller-runtime's metrics server (the agent exposes none).
 func metricsOff() metricsserver.Options { return metricsserver.Options{BindAddress: "0"} }
-
-// maxWait bounds how long one acquire request may wait for a slot, so that its answer fits
-// in the servers' write timeout; a definition's longer waitMs is cut to it.
-const maxWait = 80 * time.Second

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 // ReceiverPath is where the agent serves forwarded revocations.
@@ -52,7 +53,7 @@ func sign(key string, body []byte) string {
 
 // DefaultAgentPort is the lease agent's internal port in a holder pod, where it receives
 // forwarded revocations (its app API on 127.0.0.1:8090 is not reachable from other pods).
-const DefaultAgentPort = 8091
+const DefaultAgentPort = settings.AgentInternalPort
 
 // maxMessageBytes bounds a forwarded revocation body.
 const maxMessageBytes = 64 << 10

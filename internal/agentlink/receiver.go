@@ -12,19 +12,17 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
-// Error codes of the receiver's JSON error bodies {error, message}.
+// Error codes of the receiver's own refusals; the common ones are httpjson's.
 const (
-	ErrCodeInvalid      = "INVALID_REQUEST"
-	ErrCodeUnauthorized = "UNAUTHORIZED"
 	ErrCodeNotHolderPod = "NOT_HOLDER_POD"
 	ErrCodeHandler      = "HANDLER_FAILED"
 	ErrCodeStillHeld    = "STILL_HELD"
-	ErrCodeUnavailable  = "LEASE_UNAVAILABLE"
 )
 
 // validReasons are the reasons a revocation can carry.
@@ -88,7 +86,7 @@ func NewReceiver(self lease.PodRef, registry *revocation.Registry, opts ...Recei
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, ErrCodeInvalid, "only POST is allowed")
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxMessageBytes))
@@ -97,29 +95,29 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if errors.As(err, &tooBig) {
 			err = fmt.Errorf("body larger than %d bytes", maxMessageBytes)
 		}
-		writeError(w, http.StatusBadRequest, ErrCodeInvalid, err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
 		return
 	}
 	if rc.key != "" && !hmac.Equal([]byte(req.Header.Get(SignatureHeader)), []byte(sign(rc.key, body))) {
-		writeError(w, http.StatusUnauthorized, ErrCodeUnauthorized, "missing or wrong "+SignatureHeader)
+		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized, "missing or wrong "+SignatureHeader)
 		return
 	}
 	msg, err := decodeMessage(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, ErrCodeInvalid, err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
 		return
 	}
 	if rc.self.Name != "" {
 		pod := lease.PodRef{Namespace: msg.Pod.Namespace, Name: msg.Pod.Name, UID: msg.Pod.UID}
 		if !podwatch.IsSelf(pod, rc.self) {
-			writeError(w, http.StatusConflict, ErrCodeNotHolderPod,
+			httpjson.WriteError(w, http.StatusConflict, ErrCodeNotHolderPod,
 				fmt.Sprintf("this is pod %s, not the holder pod %s", rc.self, pod))
 			return
 		}
 	}
 	h, ok := rc.handlers.Handler(msg.Type)
 	if !ok {
-		writeError(w, http.StatusBadRequest, ErrCodeInvalid, fmt.Sprintf("type: no handler for lease type %q", msg.Type))
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, fmt.Sprintf("type: no handler for lease type %q", msg.Type))
 		return
 	}
 	log := rc.log.WithValues("token", msg.Token, "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
@@ -132,16 +130,16 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		held, err := rc.held(ctx, msg.Token)
 		switch {
 		case err != nil:
-			writeError(w, http.StatusServiceUnavailable, ErrCodeUnavailable, err.Error())
+			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, err.Error())
 			return
 		case held:
-			writeError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+msg.Token+" is still held: nothing was revoked")
+			httpjson.WriteError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+msg.Token+" is still held: nothing was revoked")
 			return
 		}
 	}
 	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(revocation.SiteHolderPod)); err != nil {
 		log.Error(err, "Revocation handler failed")
-		writeError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
 		return
 	}
 	log.Info("Lease revoked by a reaper, handler ran in the holder pod")
@@ -167,10 +165,4 @@ func decodeMessage(body []byte) (Message, error) {
 		return msg, errors.New("pod: namespace and name required")
 	}
 	return msg, nil
-}
-
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": message})
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vancetope/lease-operator/internal/agentlink"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
@@ -44,20 +45,20 @@ func TestReceiver(t *testing.T) {
 	}{
 		"delivered":                       {status: 200, publish: true},
 		"delivered with the right key":    {secret: "right", status: 200, publish: true},
-		"signed with another key":         {secret: "wrong", status: 401, errCode: agentlink.ErrCodeUnauthorized},
-		"the key itself as the signature": {secret: "=key", status: 401, errCode: agentlink.ErrCodeUnauthorized},
-		"no signature":                    {secret: "-", status: 401, errCode: agentlink.ErrCodeUnauthorized},
-		"token not of a token's form":     {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "../tok?x=1" }), status: 400, errCode: agentlink.ErrCodeInvalid},
-		"oversized token":                 {body: msgBody(valid, func(m *agentlink.Message) { m.Token = strings.Repeat("t", 4096) }), status: 400, errCode: agentlink.ErrCodeInvalid},
-		"GET":                             {method: http.MethodGet, status: 405, errCode: agentlink.ErrCodeInvalid},
-		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: agentlink.ErrCodeInvalid},
-		"missing token":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "" }), status: 400, errCode: agentlink.ErrCodeInvalid},
-		"bad reason":                      {body: msgBody(valid, func(m *agentlink.Message) { m.Reason = "release" }), status: 400, errCode: agentlink.ErrCodeInvalid},
-		"missing pod":                     {body: msgBody(valid, func(m *agentlink.Message) { m.Pod = agentlink.MessagePod{} }), status: 400, errCode: agentlink.ErrCodeInvalid},
-		"unknown type":                    {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "browser" }), status: 400, errCode: agentlink.ErrCodeInvalid},
+		"signed with another key":         {secret: "wrong", status: 401, errCode: httpjson.CodeUnauthorized},
+		"the key itself as the signature": {secret: "=key", status: 401, errCode: httpjson.CodeUnauthorized},
+		"no signature":                    {secret: "-", status: 401, errCode: httpjson.CodeUnauthorized},
+		"token not of a token's form":     {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "../tok?x=1" }), status: 400, errCode: httpjson.CodeInvalid},
+		"oversized token":                 {body: msgBody(valid, func(m *agentlink.Message) { m.Token = strings.Repeat("t", 4096) }), status: 400, errCode: httpjson.CodeInvalid},
+		"GET":                             {method: http.MethodGet, status: 405, errCode: httpjson.CodeMethodNotAllowed},
+		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: httpjson.CodeInvalid},
+		"missing token":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "" }), status: 400, errCode: httpjson.CodeInvalid},
+		"bad reason":                      {body: msgBody(valid, func(m *agentlink.Message) { m.Reason = "release" }), status: 400, errCode: httpjson.CodeInvalid},
+		"missing pod":                     {body: msgBody(valid, func(m *agentlink.Message) { m.Pod = agentlink.MessagePod{} }), status: 400, errCode: httpjson.CodeInvalid},
+		"unknown type":                    {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "browser" }), status: 400, errCode: httpjson.CodeInvalid},
 		"another pod (IP reused)":         {body: msgBody(valid, func(m *agentlink.Message) { m.Pod.UID = "uid-old" }), status: 409, errCode: agentlink.ErrCodeNotHolderPod},
 		"handler fails":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "broken" }), status: 500, errCode: agentlink.ErrCodeHandler},
-		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: agentlink.ErrCodeInvalid},
+		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: httpjson.CodeInvalid},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -214,7 +215,7 @@ func TestReceiverConfirmsWithTheStore(t *testing.T) {
 	}{
 		"gone from the store": {status: 200},
 		"still held":          {held: true, status: 409, errCode: agentlink.ErrCodeStillHeld},
-		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: agentlink.ErrCodeUnavailable},
+		"store down":          {err: lease.ErrUnavailable, status: 503, errCode: httpjson.CodeUnavailable},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

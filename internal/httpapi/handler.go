@@ -11,10 +11,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 )
+
+// PathPrefix is where the admission API is mounted: every route of NewHandler is below it.
+const PathPrefix = "/v1/"
 
 // Defaults of the options.
 const (
@@ -114,7 +118,7 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseResponse(lease))
+	httpjson.Write(w, http.StatusOK, leaseResponse(lease))
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +126,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: "ok"})
 }
 
 func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {
@@ -140,7 +144,7 @@ func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: "ok"})
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
@@ -149,5 +153,5 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeBody{Outcome: outcome})
+	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: outcome})
 }

@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 
+	"github.com/vancetope/lease-operator/internal/settings"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -146,7 +147,7 @@ func ensureAgentURL(c *corev1.Container) bool {
 			return false
 		}
 	}
-	c.Env = append(c.Env, corev1.EnvVar{Name: AgentURLEnv, Value: AgentURL})
+	c.Env = append(c.Env, corev1.EnvVar{Name: AgentURLEnv, Value: settings.AgentURL})
 	return true
 }
 
@@ -175,25 +176,25 @@ func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container 
 		}}
 	}
 	env := []corev1.EnvVar{
-		fieldEnv(EnvPodName, "metadata.name"),
-		fieldEnv(EnvPodNamespace, "metadata.namespace"),
-		fieldEnv(EnvPodUID, "metadata.uid"),
-		fieldEnv(EnvPodIP, "status.podIP"),
-		{Name: EnvMongoURI, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		fieldEnv(settings.EnvPodName, "metadata.name"),
+		fieldEnv(settings.EnvPodNamespace, "metadata.namespace"),
+		fieldEnv(settings.EnvPodUID, "metadata.uid"),
+		fieldEnv(settings.EnvPodIP, "status.podIP"),
+		{Name: settings.EnvMongoURI, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: storeSecret},
 			Key:                  StoreSecretKey,
 		}}},
 	}
 	if cfg.StoreDatabase != "" {
-		env = append(env, corev1.EnvVar{Name: EnvMongoDatabase, Value: cfg.StoreDatabase})
+		env = append(env, corev1.EnvVar{Name: settings.EnvMongoDatabase, Value: cfg.StoreDatabase})
 	}
 	if cfg.ManagerURL != "" {
-		env = append(env, corev1.EnvVar{Name: EnvManagerURL, Value: cfg.ManagerURL})
+		env = append(env, corev1.EnvVar{Name: settings.EnvManagerURL, Value: cfg.ManagerURL})
 	}
 	// The API server has set the namespace of a created pod before admission.
 	if cfg.AgentKey != nil && namespace != "" {
 		if key := cfg.AgentKey(namespace); key != "" {
-			env = append(env, corev1.EnvVar{Name: EnvAgentKey, Value: key})
+			env = append(env, corev1.EnvVar{Name: settings.EnvAgentKey, Value: key})
 		}
 	}
 	probe := func(path string, period, failures int32) *corev1.Probe {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vancetope/lease-operator/internal/inject"
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 // newPod is a pod with one app container and the given annotations.
@@ -105,8 +106,8 @@ var _ = Describe("Lease agent injection", func() {
 		pod := newPod(ns, injectTrue)
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 
-		Expect(envByName(agents(stored(ctx, pod))[0])).To(HaveKeyWithValue(inject.EnvAgentKey,
-			corev1.EnvVar{Name: inject.EnvAgentKey, Value: "key-of-" + ns}))
+		Expect(envByName(agents(stored(ctx, pod))[0])).To(HaveKeyWithValue(settings.EnvAgentKey,
+			corev1.EnvVar{Name: settings.EnvAgentKey, Value: "key-of-" + ns}))
 	})
 
 	It("reads the store from the Secret the pod names", func(ctx SpecContext) {
@@ -218,7 +219,7 @@ var _ = Describe("Lease agent injection", func() {
 	It("when the webhook is down, holds back only the pods that asked for the agent", func(ctx SpecContext) {
 		By("installing a copy of the generated webhook that points nowhere, limited to this namespace")
 		installed := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: testEnv.WebhookInstallOptions.MutatingWebhooks[0].Name}, installed)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: env.WebhookInstallOptions.MutatingWebhooks[0].Name}, installed)).To(Succeed())
 		down := &admissionregistrationv1.MutatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "down-"},
 			Webhooks:   installed.DeepCopy().Webhooks,

@@ -278,7 +278,8 @@ func TestUnavailableFailsClosed(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "x", global: 3, ttlSeconds: 60}}, envOpts{})
 		e.source.fail(errors.New("apiserver gone"))
 		_, err := e.svc.Acquire(ctxT(t), req("x", "acme", "p", "u"))
-		if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, lease.ErrUnavailable) {
+		var ue *definition.UnavailableError
+		if !errors.Is(err, lease.ErrUnavailable) || !errors.As(err, &ue) {
 			t.Fatalf("acquire with a broken layer = %v, want unavailable", err)
 		}
 		if n := e.cmds.total(); n != 0 {

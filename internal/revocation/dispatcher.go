@@ -332,7 +332,7 @@ func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, u
 	subject := fmt.Sprintf("Lease %s (type %s, resource %s)", shortToken(h.Token), h.Type, h.Resource)
 	if err != nil {
 		d.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventReasonRevocationFailed, actionVerb(action),
-			"%s revoked (%s): %s", subject, reason, truncate(err.Error(), 512))
+			"%s revoked (%s): %s", subject, reason, lease.Clip(err.Error(), 512))
 		return
 	}
 	note := map[Action]string{
@@ -371,13 +371,6 @@ func shortToken(t string) string {
 		return t[:8] + "…"
 	}
 	return t
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {

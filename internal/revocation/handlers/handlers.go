@@ -63,7 +63,7 @@ const MCPSecretEndpointKey = "endpoint"
 // without it serves an unauthenticated MCP server.
 const DefaultAuthSecretKey = "token"
 
-// EndpointNotConfiguredError: the session DELETE was not sent, because the payload's
+// EndpointNotConfiguredError reports that the session DELETE was not sent, because the payload's
 // endpoint is not one the holder namespace's configuration names (or there is none).
 type EndpointNotConfiguredError struct {
 	Endpoint string
