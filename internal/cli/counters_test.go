@@ -138,10 +138,17 @@ func TestReconcileDirect(t *testing.T) {
 		}
 	}
 
+	// A confirmation delay shorter than a decrement in flight may take is refused before
+	// anything is read or written: it could return a releasing holder's slot twice.
+	for _, confirm := range []string{"0", "300ms", "4s"} {
+		mustFail(t, env, args(s, "reconcile", "--manager-url=", "--reconcile-safety", "200ms", "--reconcile-confirm", confirm),
+			"--reconcile-confirm "+confirm, "at least 5s")
+	}
+
 	// After the margin, a first pass notes the excess and a second one, --reconcile-confirm
 	// later, lowers the counters.
 	time.Sleep(300 * time.Millisecond)
-	r = mustRun(t, env, args(s, "reconcile", "--manager-url=", "--reconcile-safety", "200ms", "--reconcile-confirm", "300ms", "-o", "json")...)
+	r = mustRun(t, env, args(s, "reconcile", "--manager-url=", "--reconcile-safety", "200ms", "--reconcile-confirm", "5s", "-o", "json")...)
 	type reconcileJSON struct {
 		Corrected, Deleted, Created, Skipped int
 		Via                                  string
@@ -149,7 +156,7 @@ func TestReconcileDirect(t *testing.T) {
 	if diff := cmp.Diff(reconcileJSON{Corrected: 4, Via: "store"}, decodeStrict[reconcileJSON](t, r.stdout)); diff != "" {
 		t.Errorf("reconcile -o json (-want +got):\n%s", diff)
 	}
-	for _, want := range []string{"Warning: a safety margin of 200ms", "Confirming 4 counters above their booked holders: second pass in 300ms"} {
+	for _, want := range []string{"Warning: a safety margin of 200ms", "Confirming 4 counters above their booked holders: second pass in 5s"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr %q lacks %q", r.stderr, want)
 		}

@@ -91,8 +91,12 @@ safety margin; --manager-url= (empty) forces the direct run.`,
 			if err := out.validate(); err != nil {
 				return err
 			}
-			if safety < 0 || confirm < 0 {
-				return fmt.Errorf("--reconcile-safety and --reconcile-confirm must not be negative")
+			if safety < 0 {
+				return fmt.Errorf("--reconcile-safety must not be negative")
+			}
+			if confirm < leasestore.MinReconcileConfirm {
+				return fmt.Errorf("--reconcile-confirm %s: must be at least %s, the time a release's decrement may still be in flight on the manager or an agent; a shorter wait could return its slot twice",
+					confirm, leasestore.MinReconcileConfirm)
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()

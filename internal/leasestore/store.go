@@ -26,6 +26,10 @@ const (
 const (
 	DefaultOpTimeout    = 5 * time.Second
 	DefaultSafetyMargin = 60 * time.Second
+	// MinReconcileConfirm is the shortest safe delay between the two reconcile passes that
+	// must see the same excess before a counter is lowered: a release's decrement may still
+	// be in flight for up to an operation timeout after its delete.
+	MinReconcileConfirm = DefaultOpTimeout
 )
 
 // Step names a point between two writes of a multi-write operation, where a fault hook
