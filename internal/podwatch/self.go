@@ -8,7 +8,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// ErrUnknown: the process cannot tell whether the pod is alive (it watches no pods and may
+// ErrUnknown reports that the process cannot tell whether the pod is alive (it watches no pods and may
 // not read them). Callers must not decide "dead" on it.
 var ErrUnknown = errors.New("pod liveness unknown here")
 
