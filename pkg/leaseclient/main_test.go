@@ -1,0 +1,113 @@
+package leaseclient_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/pkg/leaseclient"
+)
+
+// The client is tested against the real admission API: internal/httpapi on an httptest
+// server, backed by internal/leasing on the development MongoDB.
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	mongotest.Stop()
+	os.Exit(code)
+}
+
+// definitions are the default-layer documents of the tests.
+var definitions = fstest.MapFS{
+	// solo: one slot per project, long wait (the tests shorten it).
+	"solo.yaml": {Data: []byte("name: solo\nresource: solo-res\nlevels:\n  project: 1\n  global: 4\nttlSeconds: 60\nwaitMs: 10000\n")},
+	// seat: one slot per user.
+	"seat.yaml": {Data: []byte("name: seat\nlevels:\n  user: 1\nttlSeconds: 60\nwaitMs: 0\n")},
+}
+
+var testPod = lease.PodRef{Namespace: "apps", Name: "worker-0", UID: "uid-0"}
+
+type env struct {
+	store  *leasestore.Store
+	hub    *notify.Hub
+	srv    *httptest.Server
+	client *leaseclient.Client
+}
+
+type envOpts struct {
+	uri       string
+	storeOpts []leasestore.Option
+	// wrap wraps the API handler (to inject transport failures in front of it).
+	wrap func(http.Handler) http.Handler
+}
+
+func newEnv(t *testing.T, o envOpts, clientOpts ...leaseclient.Option) *env {
+	t.Helper()
+	uri := o.uri
+	if uri == "" {
+		var err error
+		if uri, err = mongotest.URI(); err != nil {
+			t.Fatalf("test MongoDB: %v", err)
+		}
+	}
+	s, err := leasestore.Connect(uri, mongotest.DatabaseName(t), o.storeOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if o.uri == "" {
+			_ = s.Drop(ctx)
+		}
+		_ = s.Close(ctx)
+	})
+	builtins, err := definition.LoadBuiltins(definitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := leasing.NewService(s, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex", "mcp"), nil, nil, nil)
+	hub := notify.NewHub(time.Minute, testingclock.NewFakeClock(time.Now()))
+	var h http.Handler = httpapi.NewHandler(svc, httpapi.WithEvents(hub),
+		httpapi.WithPodIdentity(httpapi.StaticPodIdentity(testPod)))
+	if o.wrap != nil {
+		h = o.wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, err := leaseclient.New(srv.URL, clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{store: s, hub: hub, srv: srv, client: c}
+}
+
+// holders returns the stored holders.
+func (e *env) holders(t *testing.T) []lease.Holder {
+	t.Helper()
+	hs, err := e.store.ListHolders(context.Background(), leasestore.HolderFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+// ctx returns a context bounded for one test step.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
