@@ -119,7 +119,7 @@ func runAgent(args []string) error {
 	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, svcOpts...)
 
 	api := http.NewServeMux()
-	api.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
+	api.Handle("/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
 	internal := http.NewServeMux()
 	internal.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,

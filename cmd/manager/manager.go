@@ -162,7 +162,7 @@ func runManager(args []string) error {
 
 	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
+	mux.Handle("/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	mux.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
 		revocation.WithSharedSecret(f.store.secret), revocation.WithHolderCheck(stillHeld(store))))
 	// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
