@@ -18,6 +18,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/openapitest"
 	"github.com/vancetope/lease-operator/pkg/leaseclient"
 )
 
@@ -81,8 +82,10 @@ func newEnv(t *testing.T, o envOpts, clientOpts ...leaseclient.Option) *env {
 	}
 	svc := leasing.NewService(s, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex", "mcp"), nil, nil, nil)
 	hub := notify.NewHub(time.Minute, testingclock.NewFakeClock(time.Now()))
-	var h http.Handler = httpapi.NewHandler(svc, httpapi.WithEvents(hub),
-		httpapi.WithPodIdentity(httpapi.StaticPodIdentity(testPod)))
+	// Every exchange is also checked against the OpenAPI document: the client sends only
+	// what the document allows.
+	h := openapitest.Conformance(t, httpapi.NewHandler(svc, httpapi.WithEvents(hub),
+		httpapi.WithPodIdentity(httpapi.StaticPodIdentity(testPod))))
 	if o.wrap != nil {
 		h = o.wrap(h)
 	}
