@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/utils/clock"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
@@ -125,6 +127,7 @@ func runAgent(args []string) error {
 	internal.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
 		revocation.WithSharedSecret(f.store.secret), revocation.WithReceiverLogger(log.WithName("receiver")),
 		revocation.WithHolderCheck(stillHeld(store))))
+	internal.Handle("GET /metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{})) // docs/observability.md
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Ready once the definitions are cached. A store outage does not make the agent unready:
 	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of

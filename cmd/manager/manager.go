@@ -148,6 +148,7 @@ func runManager(args []string) error {
 		return err
 	}
 	m := metrics.Default()
+	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
 	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
 	registry := revocation.NewDefaultRegistry(hub, revocation.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
 	dispatcher := revocation.NewDispatcher(watcher, self, registry,
