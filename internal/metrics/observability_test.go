@@ -191,23 +191,54 @@ func TestDashboardUsesRegisteredMetrics(t *testing.T) {
 	}
 }
 
-// TestRulesPassPromtool runs `promtool check rules` (Debian package prometheus) on the
-// rule file inside the PrometheusRule. In CI (CI=true) a missing promtool fails the test.
-func TestRulesPassPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
+// promtool returns the path of promtool (Debian package prometheus). In CI (CI=true) a
+// missing promtool fails the test; elsewhere it skips it.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("promtool is not installed; .ci/run installs it (apt-get install -y prometheus)")
 		}
 		t.Skip("promtool is not installed (apt-get install -y prometheus); the rules are not checked")
 	}
+	return p
+}
+
+// ruleDir writes the rule file inside the PrometheusRule, and the alert unit tests
+// (rules-test.yaml, which names it rules.yaml), into a temporary directory.
+func ruleDir(t *testing.T) string {
+	t.Helper()
 	spec, _ := readRules(t)
-	file := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(file, spec, 0o600); err != nil {
+	dir := t.TempDir()
+	tests, err := os.ReadFile(filepath.Join(promDir, "rules-test.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput()
+	for name, data := range map[string][]byte{"rules.yaml": spec, "rules-test.yaml": tests} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestRulesPassPromtool runs `promtool check rules` on the PrometheusRule's rule file.
+func TestRulesPassPromtool(t *testing.T) {
+	bin := promtool(t)
+	out, err := exec.Command(bin, "check", "rules", filepath.Join(ruleDir(t), "rules.yaml")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestAlertsFire runs the alert unit tests of rules-test.yaml (`promtool test rules`): each
+// alert fires on the series it is meant for, after its for-duration, and not before.
+func TestAlertsFire(t *testing.T) {
+	bin := promtool(t)
+	cmd := exec.Command(bin, "test", "rules", "rules-test.yaml")
+	cmd.Dir = ruleDir(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }
