@@ -19,6 +19,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/openapitest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 	"github.com/vancetope/lease-operator/pkg/leaseclient"
 )
 
@@ -57,25 +58,17 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts, clientOpts ...leaseclient.Option) *env {
 	t.Helper()
-	uri := o.uri
-	if uri == "" {
+	var s *leasestore.Store
+	if o.uri == "" {
+		s = storetest.New(t, o.storeOpts...)
+	} else {
+		// A store that is down: no indexes to create, nothing to drop.
 		var err error
-		if uri, err = mongotest.URI(); err != nil {
-			t.Fatalf("test MongoDB: %v", err)
+		if s, err = leasestore.Connect(o.uri, "down", o.storeOpts...); err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
 	}
-	s, err := leasestore.Connect(uri, mongotest.DatabaseName(t), o.storeOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if o.uri == "" {
-			_ = s.Drop(ctx)
-		}
-		_ = s.Close(ctx)
-	})
 	builtins, err := definition.LoadBuiltins(definitions)
 	if err != nil {
 		t.Fatal(err)
