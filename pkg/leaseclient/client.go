@@ -289,7 +289,7 @@ func answerError(op string, status int, raw []byte) error {
 		return &BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap,
 			Waited: time.Duration(b.WaitedMs) * time.Millisecond, Message: b.Message}
 	case CodeLost:
-		return &lostError{op: op, message: b.Message}
+		return &LostError{Op: op, Message: b.Message}
 	default:
 		return &UnavailableError{Op: op, Status: status, Message: b.Message}
 	}

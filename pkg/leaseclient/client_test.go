@@ -230,8 +230,9 @@ func TestLostAfterRevoke(t *testing.T) {
 	if _, ok, err := e.store.Revoke(context.Background(), l.Token, "acme"); err != nil || !ok {
 		t.Fatalf("revoke: %v %v", ok, err)
 	}
-	if err := l.Check(ctx(t)); !errors.Is(err, leaseclient.ErrLost) {
-		t.Errorf("check after revoke = %v, want ErrLost", err)
+	var lost *leaseclient.LostError
+	if err := l.Check(ctx(t)); !errors.Is(err, leaseclient.ErrLost) || !errors.As(err, &lost) || lost.Op != "check" || lost.Message == "" {
+		t.Errorf("check after revoke = %v, want a *LostError of check", err)
 	}
 	if err := l.UpdatePayload(ctx(t), map[string]string{"jobId": "x"}); !errors.Is(err, leaseclient.ErrLost) {
 		t.Errorf("payload after revoke = %v, want ErrLost", err)

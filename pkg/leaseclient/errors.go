@@ -7,15 +7,16 @@ import (
 )
 
 // The outcomes of the admission API, checked with errors.Is. Each is carried by one typed
-// error (BusyError, UnavailableError, InvalidError; LEASE_LOST needs no detail) that can be
-// read with errors.As. The codes are the "error" field of the API's error body.
+// error (BusyError, UnavailableError, LostError, InvalidError) that can be read with
+// errors.As. The codes are the "error" field of the API's error body.
 var (
 	// ErrBusy: a level was full after the wait; the error is a *BusyError.
 	ErrBusy = errors.New(CodeBusy)
 	// ErrUnavailable: the lease store or a definition failed, or the API could not be
 	// reached or answered something unexpected. Do not use the resource unprotected.
 	ErrUnavailable = errors.New(CodeUnavailable)
-	// ErrLost: the lease is gone (released, reaped or revoked). Stop using the resource.
+	// ErrLost: the lease is gone (released, reaped or revoked); the error is a *LostError.
+	// Stop using the resource.
 	ErrLost = errors.New(CodeLost)
 	// ErrInvalid: the request was refused as malformed and nothing was written; the error
 	// is an *InvalidError naming the field.
@@ -101,11 +102,16 @@ func (e *InvalidError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) hold.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 
-// lostError is LEASE_LOST with the server's text.
-type lostError struct{ op, message string }
-
-func (e *lostError) Error() string {
-	return fmt.Sprintf("lease lost: %s: %s", e.op, e.message)
+// LostError is LEASE_LOST: the lease was released, reaped or revoked. Op is the call that
+// found it lost ("check", "payload"), Message the server's text.
+type LostError struct {
+	Op      string
+	Message string
 }
 
-func (e *lostError) Is(target error) bool { return target == ErrLost }
+func (e *LostError) Error() string {
+	return fmt.Sprintf("lease lost: %s: %s", e.Op, e.Message)
+}
+
+// Is makes errors.Is(err, ErrLost) hold.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
