@@ -254,6 +254,25 @@ var _ = Describe("The example consumers", func() {
 		expectAtRest(tenant)
 	})
 
+	It("exports the agent's metrics on its internal port", func(ctx SpecContext) {
+		const tenant = "agent-metrics-co"
+		client, err := leaseclient.New(agentAPI.base)
+		Expect(err).NotTo(HaveOccurred())
+		l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: "p1", User: "ann"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l.Release(ctx)).To(Succeed())
+		resp, err := http.Get(agentMetricsURL)
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		text, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+		n, ok := metric(string(text), "vance_lease_acquire_total", map[string]string{"resource": "tex", "outcome": "success"})
+		Expect(ok).To(BeTrue(), "the agent counts its acquisitions:\n%s", text)
+		Expect(n).To(BeNumerically(">=", 1))
+		expectAtRest(tenant)
+	})
+
 	It("serves the OpenAPI document on the manager and the agent", func() {
 		for _, api := range []*apiClient{managerAPI, agentAPI} {
 			r := api.do(Default, http.MethodGet, "/openapi.json", nil)
