@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -166,7 +167,8 @@ var definitions = fstest.MapFS{
 }
 
 func TestStoreState(t *testing.T) {
-	store := storetest.New(t)
+	var commands atomic.Int64
+	store := storetest.New(t, leasestore.WithCommandObserver(func(string) { commands.Add(1) }))
 	ctx := context.Background()
 	for _, p := range []string{"p1", "p2", "p2"} {
 		req := leasestore.AcquireRequest{LeaseName: "tex", Resource: "tex2pdf", Tenant: "acme", Project: p, Type: "tex",
@@ -180,6 +182,7 @@ func TestStoreState(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := metrics.NewStateCollector(metrics.StoreState(store, definition.NewResolver(builtins, nil)))
+	commands.Store(0)
 	want := `
 # HELP vance_lease_global_cap Global cap of the resource, from the definition of a held lease.
 # TYPE vance_lease_global_cap gauge
@@ -204,6 +207,16 @@ vance_lease_store_up 1
 	if n := testutil.CollectAndCount(c, "vance_lease_oldest_idle_seconds"); n != 1 {
 		t.Errorf("oldest idle series = %d, want 1", n)
 	}
+	// One read of the state costs a fixed number of store commands, whatever the number of
+	// holders; further scrapes within the refresh interval cost none.
+	perRead := commands.Load()
+	for range 5 {
+		testutil.CollectAndCount(c)
+	}
+	if perRead == 0 || perRead > 5 || commands.Load() != perRead {
+		t.Errorf("store commands: %d for the first scrape, %d after five more; want at most 5, then none", perRead, commands.Load())
+	}
+	t.Logf("store commands per state read: %d", perRead)
 
 	// With the store gone the gauges say so.
 	down, err := leasestore.Connect("mongodb://127.0.0.1:1/?connectTimeoutMS=300", "down", leasestore.WithOpTimeout(300*time.Millisecond))
