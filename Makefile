@@ -4,10 +4,11 @@ SHELL := /usr/bin/env bash -o pipefail
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN_VERSION ?= v0.23.0
-GOLANGCI_LINT_VERSION ?= v2.15.0
+# golangci-lint comes with the Kubernetes API linter compiled in; both are pinned in
+# hack/tools/go.mod (golangci-lint v2.15.0, kube-api-linter by pseudo-version).
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
-GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-kal
 MONGODEV ?= $(LOCALBIN)/mongodev
 IMG ?= vancetope/lease-operator:dev
 # Extra flags for go test, e.g. GOTEST_FLAGS=-v or GOTEST_FLAGS='-run Store'.
@@ -42,12 +43,25 @@ vet: ## go vet both modules.
 	cd hack/mongodev && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (v2).
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (v2, with the Kubernetes API linter on api/) over both modules.
 	$(GOLANGCI_LINT) run ./...
+	cd hack/mongodev && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...
+
+.PHONY: fmt-check
+fmt-check: ## Fail if gofmt would change a file.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+.PHONY: tidy-check
+tidy-check: ## Fail if go mod tidy would change a module.
+	go mod tidy -diff
+	cd hack/mongodev && go mod tidy -diff
+	cd hack/tools && go mod tidy -diff
 
 .PHONY: verify
-verify: manifests generate ## Regenerate, then fail if anything changed.
-	git diff --exit-code -- api config
+verify: manifests generate fmt-check tidy-check vet lint ## What a reviewer runs: regenerate, format, tidy, vet, lint; then nothing may have changed or appeared.
+	@git diff --exit-code || { echo "verify: generated or tracked files changed (see the diff above)"; exit 1; }
+	@untracked=$$(git status --porcelain --untracked-files=all | grep '^??' || true); \
+		if [ -n "$$untracked" ]; then echo "verify: untracked files after generation:"; echo "$$untracked"; exit 1; fi
 
 .PHONY: envtest
 envtest: ## Build (once, cached outside the repo) the envtest control plane; prints its directory.
@@ -101,6 +115,5 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(LOCALBIN)/controller-gen $(CONTROLLER_GEN)
 
-$(GOLANGCI_LINT): | $(LOCALBIN)
-	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
-	mv $(LOCALBIN)/golangci-lint $(GOLANGCI_LINT)
+$(GOLANGCI_LINT): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
+	go build -C hack/tools -o $(GOLANGCI_LINT) sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter

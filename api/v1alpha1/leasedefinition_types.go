@@ -82,7 +82,7 @@ type LeaseDefinitionSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="leaseName is immutable"
-	LeaseName string `json:"leaseName"`
+	LeaseName string `json:"leaseName,omitempty"`
 
 	// tenant is the scope's tenant: _vance for the system layer, otherwise a tenant ID (a
 	// letter or digit, then up to 63 letters, digits, '_', '.' or '-'). Immutable.
@@ -91,7 +91,7 @@ type LeaseDefinitionSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^(_vance|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tenant is immutable"
-	Tenant string `json:"tenant"`
+	Tenant string `json:"tenant,omitempty"`
 
 	// project is the scope's project: _tenant for the system and the tenant layer, otherwise a
 	// project ID of the tenant (same syntax as a tenant ID). Immutable.
@@ -100,7 +100,7 @@ type LeaseDefinitionSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^(_tenant|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="project is immutable"
-	Project string `json:"project"`
+	Project string `json:"project,omitempty"`
 
 	// resource is the counter key; leases of different names with the same resource share one
 	// funnel. Defaults to the lease name. Owned by the built-in, system and tenant layers;
@@ -135,8 +135,9 @@ type LeaseDefinitionSpec struct {
 type EffectiveDefinition struct {
 	// resource is the counter key.
 	// +required
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
-	Resource string `json:"resource"`
+	Resource string `json:"resource,omitempty"`
 
 	// levels are the merged caps; an absent level is not capped.
 	// +optional
@@ -145,12 +146,12 @@ type EffectiveDefinition struct {
 	// ttlSeconds is the merged idle TTL.
 	// +required
 	// +kubebuilder:validation:Minimum=1
-	TTLSeconds int32 `json:"ttlSeconds"`
+	TTLSeconds int32 `json:"ttlSeconds,omitempty"`
 
 	// waitMs is the merged wait for a free slot.
 	// +required
 	// +kubebuilder:validation:Minimum=0
-	WaitMs int32 `json:"waitMs"`
+	WaitMs *int32 `json:"waitMs,omitempty"`
 
 	// noop is true when no level is capped: acquisitions succeed without touching the store.
 	// +optional
@@ -212,7 +213,7 @@ type LeaseDefinition struct {
 
 	// spec is the layer document.
 	// +required
-	Spec LeaseDefinitionSpec `json:"spec"`
+	Spec LeaseDefinitionSpec `json:"spec,omitzero"`
 
 	// status is the observed state.
 	// +optional

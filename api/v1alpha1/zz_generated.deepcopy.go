@@ -21,7 +21,7 @@ limitations under the License.
 package v1alpha1
 
 import (
-	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -32,6 +32,11 @@ func (in *EffectiveDefinition) DeepCopyInto(out *EffectiveDefinition) {
 		in, out := &in.Levels, &out.Levels
 		*out = new(LeaseLevels)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.WaitMs != nil {
+		in, out := &in.WaitMs, &out.WaitMs
+		*out = new(int32)
+		**out = **in
 	}
 }
 

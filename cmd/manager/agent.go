@@ -1,18 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,15 +18,16 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
-	"github.com/vancetope/lease-operator/internal/inject"
 	"github.com/vancetope/lease-operator/internal/lease"
-	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
@@ -43,13 +42,13 @@ type agentFlags struct {
 
 func (f *agentFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
-	fs.StringVar(&f.apiAddr, "api-bind-address", fmt.Sprintf("127.0.0.1:%d", inject.AgentAPIPort),
+	fs.StringVar(&f.apiAddr, "api-bind-address", fmt.Sprintf("127.0.0.1:%d", settings.AgentAPIPort),
 		"Address of the admission API for the pod's own containers.")
-	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", inject.AgentInternalPort),
+	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", settings.AgentInternalPort),
 		"Address of the endpoint that receives revocations forwarded by other pods.")
-	fs.StringVar(&f.managerURL, "manager-url", os.Getenv("LEASE_MANAGER_URL"),
+	fs.StringVar(&f.managerURL, "manager-url", os.Getenv(settings.EnvManagerURL),
 		"URL of the manager's admission Service (env LEASE_MANAGER_URL): the lazy idle sweep runs there, so reaped holders get the full dispatch matrix; empty sweeps here.")
-	fs.StringVar(&f.namespace, "definitions-namespace", envOr("LEASE_DEFINITIONS_NAMESPACE", ""),
+	fs.StringVar(&f.namespace, "definitions-namespace", os.Getenv(settings.EnvDefinitionsNamespace),
 		"Namespace of the LeaseDefinitions (env LEASE_DEFINITIONS_NAMESPACE); empty watches all.")
 }
 
@@ -90,23 +89,22 @@ func runAgent(args []string) error {
 	if err := k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	resolver, err := newResolver(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
+	resolver, err := setupDefinitions(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
 	if err != nil {
 		return err
 	}
 	if err := k8ssource.RegisterInvalidation(ctx, mgr.GetCache(), resolver); err != nil {
 		return err
 	}
-
-	store, err := leasestore.Connect(f.store.uri, f.store.database)
+	store, closeStore, err := setupStore(f.store)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = store.Close(context.Background()) }()
+	defer closeStore()
 
 	m := metrics.Default()
-	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
-	registry := revocation.NewDefaultRegistry(hub, nil, nil)
+	hub := notify.NewHub(eventsKeep, realClock)
+	registry := handlers.NewDefaultRegistry(hub, nil, nil)
 	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
 	// dispatches the reaped holders through the full matrix. Only when no manager is set or
 	// reachable does the agent sweep itself; then its own pod is alive and every other pod
@@ -118,15 +116,14 @@ func runAgent(args []string) error {
 	if f.managerURL != "" {
 		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
 	}
-	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, svcOpts...)
+	svc := leasing.NewService(store, resolver, registry, dispatcher, realClock, m, svcOpts...)
 
-	api := http.NewServeMux()
-	api.Handle("/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
+	api := routes(routeHandlers{
+		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),
+	})
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
-	internal := http.NewServeMux()
-	internal.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
-		revocation.WithSharedSecret(f.store.secret), revocation.WithReceiverLogger(log.WithName("receiver")),
-		revocation.WithHolderCheck(stillHeld(store))))
+	internal := routes(routeHandlers{revoked: newReceiver(self, registry,
+		cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace)), store)})
 	internal.Handle("GET /metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{})) // docs/observability.md
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Ready once the definitions are cached. A store outage does not make the agent unready:
@@ -151,18 +148,6 @@ func runAgent(args []string) error {
 	}
 	log.Info("Starting the lease agent", "pod", self.String(), "api", f.apiAddr, "internal", f.internalAddr)
 	return mgr.Start(ctx)
-}
-
-// stillHeld asks the store whether a holder exists: a forwarded revocation is only acted on
-// once the holder is gone.
-func stillHeld(store *leasestore.Store) revocation.HeldFunc {
-	return func(ctx context.Context, token string) (bool, error) {
-		_, err := store.GetHolder(ctx, token)
-		if errors.Is(err, lease.ErrLost) {
-			return false, nil
-		}
-		return err == nil, err
-	}
 }
 
 // selfOnly is the agent's pod view: only its own pod is known, and alive.

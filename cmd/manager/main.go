@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vancetope/lease-operator/internal/settings"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
@@ -42,13 +43,13 @@ type storeFlags struct {
 }
 
 func (s *storeFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&s.uri, "mongodb-uri", envOr("MONGODB_URI", "mongodb://127.0.0.1:27017"),
+	fs.StringVar(&s.uri, "mongodb-uri", envOr(settings.EnvMongoURI, settings.DefaultMongoURI),
 		"MongoDB connection string (env MONGODB_URI).")
-	fs.StringVar(&s.database, "mongodb-database", envOr("MONGODB_DATABASE", "lease"),
+	fs.StringVar(&s.database, "mongodb-database", envOr(settings.EnvMongoDatabase, settings.DefaultMongoDatabase),
 		"MongoDB database of the counters and holders (env MONGODB_DATABASE).")
 	fs.StringVar(&s.defaultsDir, "defaults-dir", "",
 		"Directory of built-in lease definition files <name>.yaml that extend the compiled-in ones.")
-	fs.StringVar(&s.secret, "internal-secret", os.Getenv("LEASE_INTERNAL_SECRET"),
+	fs.StringVar(&s.secret, "internal-secret", os.Getenv(settings.EnvInternalSecret),
 		"Shared secret of the internal revocation endpoints (env LEASE_INTERNAL_SECRET); empty disables the check.")
 }
 

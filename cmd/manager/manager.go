@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -24,6 +20,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
@@ -36,6 +33,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
@@ -61,7 +60,7 @@ type managerFlags struct {
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
-	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv("LEASE_ADMIN_SECRET"),
+	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv(settings.EnvAdminSecret),
 		"Bearer secret of the operator API /internal/lease/admin/... (env LEASE_ADMIN_SECRET); empty disables it.")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.BoolVar(&f.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (TokenReview, SubjectAccessReview).")
@@ -75,11 +74,13 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.agentSecret, "agent-store-secret", inject.DefaultStoreSecret, "Secret (in the pod's namespace) whose key uri the agent uses as MONGODB_URI.")
 	fs.StringVar(&f.agentManagerURL, "agent-manager-url", "",
 		"URL of this manager's admission Service, given to injected agents (LEASE_MANAGER_URL) for their lazy idle sweeps.")
-	fs.IntVar(&f.agentPort, "agent-internal-port", inject.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
+	fs.IntVar(&f.agentPort, "agent-internal-port", settings.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
 }
 
+// runManager reads like a table of contents: each setup step builds one concern and hands
+// its product to the next.
 func runManager(args []string) error {
 	var f managerFlags
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
@@ -87,17 +88,62 @@ func runManager(args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	log := ctrl.Log.WithName("setup")
-	if least := 2 * leasestore.DefaultOpTimeout; f.reconcileSafety < least {
-		return fmt.Errorf("--reconcile-safety %v is too short: it must exceed what an acquire or release may take (at least %v)", f.reconcileSafety, least)
+	if err := f.validate(); err != nil {
+		return err
 	}
 	ctx := ctrl.SetupSignalHandler()
 
+	mgr, err := setupManager(f)
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := setupStore(f.store, leasestore.WithSafetyMargin(f.reconcileSafety))
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if err := store.EnsureIndexes(ctx); err != nil {
+		// Fail closed, not dead: acquisitions answer LEASE_UNAVAILABLE until the store
+		// answers; the indexes are created by the next start.
+		ctrl.Log.WithName("setup").Error(err, "Creating the store's indexes failed; continuing")
+	}
+	resolver, err := setupDefinitions(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
+	if err != nil {
+		return err
+	}
+	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver); err != nil {
+		return err
+	}
+	rev, err := setupRevocation(mgr, f, store)
+	if err != nil {
+		return err
+	}
+	if err := setupAPIServer(mgr, f, store, resolver, rev); err != nil {
+		return err
+	}
+	if err := setupWebhooks(mgr, f); err != nil {
+		return err
+	}
+	if err := setupChecks(mgr, rev.watcher); err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "database", f.store.database, "webhook", f.agentImage != "")
+	return mgr.Start(ctx)
+}
+
+func (f *managerFlags) validate() error {
+	if least := 2 * leasestore.DefaultOpTimeout; f.reconcileSafety < least {
+		return fmt.Errorf("--reconcile-safety %v is too short: it must exceed what an acquire or release may take (at least %v)", f.reconcileSafety, least)
+	}
+	return nil
+}
+
+// setupManager builds the controller-runtime manager: scheme, cache scope, metrics, probes,
+// leader election and the webhook server.
+func setupManager(f managerFlags) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(leasev1alpha1.AddToScheme(scheme))
-
-	namespaces := splitList(f.namespaces)
 	opts := ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOptions(f.metricsAddr, f.metricsSecure),
@@ -105,7 +151,7 @@ func runManager(args []string) error {
 		LeaderElection:         f.leaderElect,
 		LeaderElectionID:       "lease-operator.vancetope.io",
 	}
-	if len(namespaces) > 0 {
+	if namespaces := splitList(f.namespaces); len(namespaces) > 0 {
 		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {
 			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
@@ -116,43 +162,41 @@ func runManager(args []string) error {
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
 	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
+		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
+	return mgr, nil
+}
 
-	store, err := leasestore.Connect(f.store.uri, f.store.database, leasestore.WithSafetyMargin(f.reconcileSafety))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = store.Close(context.Background()) }()
-	if err := store.EnsureIndexes(ctx); err != nil {
-		// Fail closed, not dead: acquisitions answer LEASE_UNAVAILABLE and readiness fails
-		// until the store answers; the indexes are created by the next start.
-		log.Error(err, "Creating the store's indexes failed; continuing")
-	}
+// revocationParts are what the manager builds to reap and revoke: the pod view, the handler
+// registry, the dispatcher, the scheduled sweeper and the notice hub of the long-poll.
+type revocationParts struct {
+	self       lease.PodRef
+	watcher    *podwatch.Watcher
+	hub        *notify.Hub
+	registry   *revocation.Registry
+	dispatcher *revocation.Dispatcher
+	sweep      *sweeper.Sweeper
+	metrics    *metrics.Metrics
+}
 
-	resolver, err := newResolver(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
-	if err != nil {
-		return err
-	}
-	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver); err != nil {
-		return err
-	}
-
+// setupRevocation builds pod liveness, the revocation dispatcher and the sweeper, and adds
+// the long-running ones to the manager.
+func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) (revocationParts, error) {
+	log := ctrl.Log.WithName("setup")
 	self, err := httpapi.AgentIdentityFromEnv()
 	if err != nil {
 		log.Info("Running without a pod identity (outside a cluster?)", "reason", err.Error())
 		self = lease.PodRef{}
 	}
-	watcher, err := podwatch.New(mgr.GetConfig(), podwatch.Options{Self: self, Namespaces: namespaces, Logger: ctrl.Log.WithName("podwatch")})
+	watcher, err := podwatch.New(mgr.GetConfig(), podwatch.Options{Self: self, Namespaces: splitList(f.namespaces), Logger: ctrl.Log.WithName("podwatch")})
 	if err != nil {
-		return err
+		return revocationParts{}, err
 	}
 	m := metrics.Default()
-	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
-	hub := notify.NewHub(5*time.Minute, clock.RealClock{})
-	registry := revocation.NewDefaultRegistry(hub, revocation.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
+	hub := notify.NewHub(eventsKeep, realClock)
+	registry := handlers.NewDefaultRegistry(hub, handlers.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
 	dispatcher := revocation.NewDispatcher(watcher, self, registry,
-		revocation.WithForwarder(revocation.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
+		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
 		revocation.WithRecorder(mgr.GetEventRecorder("lease-operator")),
 		revocation.WithMetrics(m),
 		revocation.WithRegisterer(ctrlmetrics.Registry),
@@ -160,42 +204,58 @@ func runManager(args []string) error {
 	sweep := sweeper.New(store, watcher, dispatcher,
 		sweeper.WithInterval(f.reapInterval), sweeper.WithMetrics(m), sweeper.WithLogger(ctrl.Log.WithName("sweeper")))
 	watcher.OnPodGone(sweep.PodGone)
-
-	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
-	mux := http.NewServeMux()
-	mux.Handle("/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
-	mux.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,
-		revocation.WithSharedSecret(f.store.secret), revocation.WithHolderCheck(stillHeld(store))))
-	// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
-	// manager's dispatch matrix (an agent watches no pods).
-	mux.Handle(sweeper.RelayPath, sweeper.RelayHandler(store, dispatcher, clock.RealClock{}, leasing.DefaultSweepInterval))
-	mux.Handle(adminapi.PathPrefix, adminapi.NewHandler(store, dispatcher, sweep, f.adminSecret,
-		adminapi.WithMetrics(m), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
-
-	for _, r := range []manager.Runnable{watcher, dispatcher, sweep, httpServer{name: "admission API", addr: f.apiAddr, handler: mux}} {
+	for _, r := range []manager.Runnable{watcher, dispatcher, sweep} {
 		if err := mgr.Add(r); err != nil {
-			return fmt.Errorf("adding runnable: %w", err)
+			return revocationParts{}, fmt.Errorf("adding runnable: %w", err)
 		}
 	}
+	return revocationParts{self: self, watcher: watcher, hub: hub, registry: registry, dispatcher: dispatcher, sweep: sweep, metrics: m}, nil
+}
 
-	if f.agentImage != "" {
-		cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
-		if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
-			return fmt.Errorf("setting up the injection webhook: %w", err)
-		}
+// setupAPIServer serves the admission API, the revocation receiver, the agents' sweep relay
+// and the operator API on --api-bind-address.
+func setupAPIServer(mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts) error {
+	svc := leasing.NewService(store, resolver, rev.registry, rev.dispatcher, realClock, rev.metrics)
+	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
+	mux := routes(routeHandlers{
+		api:     httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
+		revoked: newReceiver(rev.self, rev.registry, agentlink.AgentKey(f.store.secret, rev.self.Namespace), store),
+		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
+		// manager's dispatch matrix (an agent watches no pods).
+		relay: sweeper.RelayHandler(store, rev.dispatcher, realClock, leasing.DefaultSweepInterval),
+		admin: adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,
+			adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))),
+	})
+	if err := mgr.Add(httpServer{name: "admission API", addr: f.apiAddr, handler: mux}); err != nil {
+		return fmt.Errorf("adding the admission API: %w", err)
 	}
+	return nil
+}
 
+// setupWebhooks registers the sidecar injection webhook when an agent image is configured.
+func setupWebhooks(mgr ctrl.Manager, f managerFlags) error {
+	if f.agentImage == "" {
+		return nil
+	}
+	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL,
+		AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.secret, ns) }}
+	if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
+		return fmt.Errorf("setting up the injection webhook: %w", err)
+	}
+	return nil
+}
+
+// setupChecks adds /healthz and /readyz. The store is deliberately not a readiness check: a
+// MongoDB blip would take every replica out of its Services and, with the webhook's
+// failurePolicy Fail, block annotated pods; callers get 503 LEASE_UNAVAILABLE per call instead.
+func setupChecks(mgr ctrl.Manager, watcher *podwatch.Watcher) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	// The store is deliberately not a readiness check: a MongoDB blip would take every replica
-	// out of its Services and, with the webhook's failurePolicy Fail, block annotated pods;
-	// callers get 503 LEASE_UNAVAILABLE per call instead.
 	if err := mgr.AddReadyzCheck("pods", watcher.ReadyCheck); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
-	log.Info("Starting the manager", "api", f.apiAddr, "database", f.store.database, "webhook", f.agentImage != "")
-	return mgr.Start(ctx)
+	return nil
 }
 
 // metricsOptions serves metrics on addr; secure adds TLS and Kubernetes authn/authz, as a
@@ -214,30 +274,3 @@ func metricsOptions(addr string, secure bool) metricsserver.Options {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-
-// newResolver loads the built-in definitions (compiled in, extended from dir) and returns the
-// merged-definition resolver over source.
-func newResolver(dir string, source definition.LayerSource) (*definition.Resolver, error) {
-	var fsys = os.DirFS(dir)
-	if dir == "" {
-		fsys = nil
-	}
-	builtins, err := definition.LoadBuiltins(fsys)
-	if err != nil {
-		return nil, fmt.Errorf("loading built-in definitions: %w", err)
-	}
-	for _, p := range builtins.Problems() {
-		ctrl.Log.WithName("setup").Error(p, "Broken built-in definition: its lease is unavailable")
-	}
-	return definition.NewResolver(builtins, source), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
@@ -169,13 +170,13 @@ func NewHandler(store Store, listener Listener, sweeps Sweeper, secret string, o
 // that an unauthenticated caller learns nothing, not even which routes exist.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.enabled {
-		writeJSON(w, http.StatusForbidden, ErrorBody{Error: CodeDisabled,
+		httpjson.Write(w, http.StatusForbidden, httpjson.ErrorBody{Error: CodeDisabled,
 			Message: "the admin API is disabled: the manager has no admin secret configured"})
 		return
 	}
 	if msg, ok := h.authorize(r); !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lease-admin"`)
-		writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: CodeUnauthorized, Message: msg})
+		httpjson.Write(w, http.StatusUnauthorized, httpjson.ErrorBody{Error: httpjson.CodeUnauthorized, Message: msg})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
@@ -231,10 +232,10 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 		if body.Tenant != "" {
 			msg += " in tenant " + body.Tenant
 		}
-		writeJSON(w, http.StatusNotFound, ErrorBody{Error: CodeNotFound, Message: msg + " (released, reaped or revoked already?)"})
+		httpjson.Write(w, http.StatusNotFound, httpjson.ErrorBody{Error: httpjson.CodeNotFound, Message: msg + " (released, reaped or revoked already?)"})
 		return
 	}
-	writeJSON(w, http.StatusOK, RevokeResult{Revoked: true, Holder: HolderViewOf(holder)})
+	httpjson.Write(w, http.StatusOK, RevokeResult{Revoked: true, Holder: HolderViewOf(holder)})
 }
 
 func (h *handler) revokePod(w http.ResponseWriter, r *http.Request) {
@@ -256,7 +257,7 @@ func (h *handler) revokePod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.audit(r).Info("Operator revoked the holders of a pod", "pod", body.Namespace+"/"+body.Name, "holders", len(holders))
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 func (h *handler) sweep(w http.ResponseWriter, r *http.Request) {
@@ -273,7 +274,7 @@ func (h *handler) sweep(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(r).Info("Operator ran a sweep", "idle", res.Idle, "pod", res.Pod,
 		"corrected", res.Reconcile.Corrected, "created", res.Reconcile.Created, "deleted", res.Reconcile.Deleted)
-	writeJSON(w, http.StatusOK, view)
+	httpjson.Write(w, http.StatusOK, view)
 }
 
 func (h *handler) reconcile(w http.ResponseWriter, r *http.Request) {
@@ -293,7 +294,7 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(r).Info("Operator ran a reconcile", "corrected", res.Corrected, "created", res.Created,
 		"deleted", res.Deleted, "skipped", res.Skipped)
-	writeJSON(w, http.StatusOK, view)
+	httpjson.Write(w, http.StatusOK, view)
 }
 
 // revoked logs and hands revoked holders to the listener. The listener only queues, and

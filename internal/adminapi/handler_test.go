@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
@@ -71,7 +72,7 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 	}
 
 	// Revoked is gone: the second revoke finds nothing and dispatches nothing.
-	expectError(t, f.post(t, adminapi.PathRevoke, fmt.Sprintf(`{"token":%q}`, h.Token)), http.StatusNotFound, adminapi.CodeNotFound)
+	expectError(t, f.post(t, adminapi.PathRevoke, fmt.Sprintf(`{"token":%q}`, h.Token)), http.StatusNotFound, httpjson.CodeNotFound)
 	if n := len(f.listener.got()); n != 1 {
 		t.Errorf("listener called %d times after a second revoke, want 1", n)
 	}
@@ -104,7 +105,7 @@ func TestRevokeBindsTheTenant(t *testing.T) {
 				}
 				wantHolders, wantCalls = []string{}, []call{{Reason: "revoke", Tokens: []string{h.Token}}}
 			} else {
-				e := expectError(t, rec, tc.wantStatus, adminapi.CodeNotFound)
+				e := expectError(t, rec, tc.wantStatus, httpjson.CodeNotFound)
 				if !strings.Contains(e.Message, tc.tenant) {
 					t.Errorf("message %q does not name the tenant %q", e.Message, tc.tenant)
 				}
@@ -196,13 +197,13 @@ func TestAuthorization(t *testing.T) {
 		{"disabled even with an empty bearer", "", http.MethodPost, adminapi.PathRevoke, "Bearer ", http.StatusForbidden, adminapi.CodeDisabled},
 		{"disabled on every route", "", http.MethodPost, adminapi.PathSweep, "Bearer " + secret, http.StatusForbidden, adminapi.CodeDisabled},
 		{"disabled on unknown routes", "", http.MethodGet, adminapi.PathPrefix + "nope", "", http.StatusForbidden, adminapi.CodeDisabled},
-		{"missing header", secret, http.MethodPost, adminapi.PathRevoke, "", http.StatusUnauthorized, adminapi.CodeUnauthorized},
-		{"wrong secret", secret, http.MethodPost, adminapi.PathRevoke, "Bearer wrong", http.StatusUnauthorized, adminapi.CodeUnauthorized},
-		{"secret prefix", secret, http.MethodPost, adminapi.PathRevoke, "Bearer " + secret[:4], http.StatusUnauthorized, adminapi.CodeUnauthorized},
-		{"secret with suffix", secret, http.MethodPost, adminapi.PathRevoke, "Bearer " + secret + "x", http.StatusUnauthorized, adminapi.CodeUnauthorized},
-		{"basic scheme", secret, http.MethodPost, adminapi.PathRevoke, "Basic " + secret, http.StatusUnauthorized, adminapi.CodeUnauthorized},
-		{"bare secret", secret, http.MethodPost, adminapi.PathRevoke, secret, http.StatusUnauthorized, adminapi.CodeUnauthorized},
-		{"unknown route needs auth first", secret, http.MethodPost, adminapi.PathPrefix + "nope", "", http.StatusUnauthorized, adminapi.CodeUnauthorized},
+		{"missing header", secret, http.MethodPost, adminapi.PathRevoke, "", http.StatusUnauthorized, httpjson.CodeUnauthorized},
+		{"wrong secret", secret, http.MethodPost, adminapi.PathRevoke, "Bearer wrong", http.StatusUnauthorized, httpjson.CodeUnauthorized},
+		{"secret prefix", secret, http.MethodPost, adminapi.PathRevoke, "Bearer " + secret[:4], http.StatusUnauthorized, httpjson.CodeUnauthorized},
+		{"secret with suffix", secret, http.MethodPost, adminapi.PathRevoke, "Bearer " + secret + "x", http.StatusUnauthorized, httpjson.CodeUnauthorized},
+		{"basic scheme", secret, http.MethodPost, adminapi.PathRevoke, "Basic " + secret, http.StatusUnauthorized, httpjson.CodeUnauthorized},
+		{"bare secret", secret, http.MethodPost, adminapi.PathRevoke, secret, http.StatusUnauthorized, httpjson.CodeUnauthorized},
+		{"unknown route needs auth first", secret, http.MethodPost, adminapi.PathPrefix + "nope", "", http.StatusUnauthorized, httpjson.CodeUnauthorized},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -263,7 +264,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := expectError(t, f.post(t, tc.path, tc.body), http.StatusBadRequest, adminapi.CodeInvalid)
+			e := expectError(t, f.post(t, tc.path, tc.body), http.StatusBadRequest, httpjson.CodeInvalid)
 			if e.Field != tc.wantField {
 				t.Errorf("field %q, want %q (message %q)", e.Field, tc.wantField, e.Message)
 			}
@@ -286,10 +287,10 @@ func TestRoutes(t *testing.T) {
 		wantStatus int
 		wantCode   string
 	}{
-		{"GET revoke", http.MethodGet, adminapi.PathRevoke, http.StatusMethodNotAllowed, adminapi.CodeMethodNotAllowed},
-		{"DELETE revoke-pod", http.MethodDelete, adminapi.PathRevokePod, http.StatusMethodNotAllowed, adminapi.CodeMethodNotAllowed},
-		{"GET sweep", http.MethodGet, adminapi.PathSweep, http.StatusMethodNotAllowed, adminapi.CodeMethodNotAllowed},
-		{"unknown route", http.MethodPost, adminapi.PathPrefix + "list", http.StatusNotFound, adminapi.CodeUnknownRoute},
+		{"GET revoke", http.MethodGet, adminapi.PathRevoke, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed},
+		{"DELETE revoke-pod", http.MethodDelete, adminapi.PathRevokePod, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed},
+		{"GET sweep", http.MethodGet, adminapi.PathSweep, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed},
+		{"unknown route", http.MethodPost, adminapi.PathPrefix + "list", http.StatusNotFound, httpjson.CodeUnknownRoute},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,7 +318,7 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			expectError(t, f.post(t, tc.path, tc.body), http.StatusServiceUnavailable, adminapi.CodeUnavailable)
+			expectError(t, f.post(t, tc.path, tc.body), http.StatusServiceUnavailable, httpjson.CodeUnavailable)
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("answered after %v; the store's operation timeout should bound it", d)
 			}
@@ -356,13 +357,13 @@ func TestSweep(t *testing.T) {
 		{
 			name: "store failed mid-round", res: partial,
 			err:        fmt.Errorf("reaping pods: %w", lease.ErrUnavailable),
-			wantStatus: http.StatusServiceUnavailable, wantCode: adminapi.CodeUnavailable,
+			wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable,
 			want: adminapi.SweepView{Idle: 2, Reconcile: adminapi.ReconcileView{Skipped: 1}},
 		},
 		{
 			name: "API server failed mid-round", res: partial,
 			err:        errors.New("confirming pod death: connection refused"),
-			wantStatus: http.StatusInternalServerError, wantCode: adminapi.CodeInternal,
+			wantStatus: http.StatusInternalServerError, wantCode: httpjson.CodeInternal,
 			want: adminapi.SweepView{Idle: 2, Reconcile: adminapi.ReconcileView{Skipped: 1}},
 		},
 	}
@@ -424,7 +425,7 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 
 	rec := faulty.post(t, adminapi.PathRevoke, fmt.Sprintf(`{"token":%q}`, lost.Token))
 	e := decode[partialError[adminapi.RevokeResult]](t, rec)
-	if rec.Code != http.StatusServiceUnavailable || e.Error != adminapi.CodeUnavailable {
+	if rec.Code != http.StatusServiceUnavailable || e.Error != httpjson.CodeUnavailable {
 		t.Fatalf("partial revoke: %d %+v", rec.Code, e)
 	}
 	if e.Result == nil || !e.Result.Revoked || e.Result.Holder.Token != lost.Token {

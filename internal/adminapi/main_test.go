@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
@@ -261,12 +262,12 @@ func decode[T any](t testing.TB, rec *httptest.ResponseRecorder) T {
 }
 
 // expectError checks status and code of an error answer and returns its body.
-func expectError(t testing.TB, rec *httptest.ResponseRecorder, status int, code string) adminapi.ErrorBody {
+func expectError(t testing.TB, rec *httptest.ResponseRecorder, status int, code string) httpjson.ErrorBody {
 	t.Helper()
 	if rec.Code != status {
 		t.Fatalf("status %d, want %d; body %s", rec.Code, status, rec.Body)
 	}
-	var body adminapi.ErrorBody
+	var body httpjson.ErrorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatalf("decoding error body %q: %v", rec.Body, err)
 	}

@@ -1,7 +1,6 @@
 package adminapi
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,23 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/jsonbody"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
-// Error codes of the JSON error body.
-const (
-	CodeInvalid          = "INVALID_REQUEST"
-	CodeUnauthorized     = "UNAUTHORIZED"
-	CodeDisabled         = "ADMIN_DISABLED"
-	CodeNotFound         = "NOT_FOUND"
-	CodeUnknownRoute     = "UNKNOWN_ROUTE"
-	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	CodeUnavailable      = "LEASE_UNAVAILABLE"
-	CodeInternal         = "INTERNAL"
-)
+// CodeDisabled is the error code when the operator API has no secret configured.
+const CodeDisabled = "ADMIN_DISABLED"
 
 // tokenLen is the length of a holder token: 128 random bits in lowercase hex.
 const tokenLen = 32
@@ -47,7 +37,7 @@ func (b revokeBody) validate() error {
 	}
 	if b.Tenant != "" {
 		if err := definition.ValidateScope(b.Tenant, definition.TenantProject); err != nil {
-			return &invalidError{Field: "tenant", Detail: fmt.Sprintf("%q is not a valid tenant ID", truncate(b.Tenant))}
+			return &lease.InvalidError{Field: "tenant", Detail: fmt.Sprintf("%q is not a valid tenant ID", lease.Clip(b.Tenant, 64))}
 		}
 	}
 	return nil
@@ -56,9 +46,9 @@ func (b revokeBody) validate() error {
 func validToken(token string) error {
 	switch {
 	case token == "":
-		return &invalidError{Field: "token", Detail: "is required"}
+		return &lease.InvalidError{Field: "token", Detail: "is required"}
 	case len(token) != tokenLen || strings.IndexFunc(token, notLowerHex) >= 0:
-		return &invalidError{Field: "token", Detail: fmt.Sprintf("%q is not a lease token (want %d lowercase hex digits)", truncate(token), tokenLen)}
+		return &lease.InvalidError{Field: "token", Detail: fmt.Sprintf("%q is not a lease token (want %d lowercase hex digits)", lease.Clip(token, 64), tokenLen)}
 	}
 	return nil
 }
@@ -74,15 +64,15 @@ type revokePodBody struct {
 func (b revokePodBody) validate() error {
 	switch {
 	case b.Namespace == "":
-		return &invalidError{Field: "namespace", Detail: "is required"}
+		return &lease.InvalidError{Field: "namespace", Detail: "is required"}
 	case len(validation.IsDNS1123Label(b.Namespace)) > 0:
-		return &invalidError{Field: "namespace", Detail: fmt.Sprintf("%q is not a valid namespace: %s",
-			truncate(b.Namespace), strings.Join(validation.IsDNS1123Label(b.Namespace), "; "))}
+		return &lease.InvalidError{Field: "namespace", Detail: fmt.Sprintf("%q is not a valid namespace: %s",
+			lease.Clip(b.Namespace, 64), strings.Join(validation.IsDNS1123Label(b.Namespace), "; "))}
 	case b.Name == "":
-		return &invalidError{Field: "name", Detail: "is required"}
+		return &lease.InvalidError{Field: "name", Detail: "is required"}
 	case len(validation.IsDNS1123Subdomain(b.Name)) > 0:
-		return &invalidError{Field: "name", Detail: fmt.Sprintf("%q is not a valid pod name: %s",
-			truncate(b.Name), strings.Join(validation.IsDNS1123Subdomain(b.Name), "; "))}
+		return &lease.InvalidError{Field: "name", Detail: fmt.Sprintf("%q is not a valid pod name: %s",
+			lease.Clip(b.Name, 64), strings.Join(validation.IsDNS1123Subdomain(b.Name), "; "))}
 	}
 	return nil
 }
@@ -183,40 +173,22 @@ func sweepView(r sweeper.Result) SweepView {
 	return SweepView{Idle: r.Idle, Pod: r.Pod, Reconcile: reconcileView(r.Reconcile)}
 }
 
-// ErrorBody is every error answer: Error is the code, Message the detail.
-type ErrorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	// Field names the offending request field (INVALID_REQUEST).
-	Field string `json:"field,omitempty"`
-	// Result is what was done before a 5xx failure, in the route's success shape.
-	Result any `json:"result,omitempty"`
-}
-
-// invalidError is a 400 INVALID_REQUEST naming the field.
-type invalidError struct {
-	Field  string
-	Detail string
-}
-
-func (e *invalidError) Error() string { return e.Field + ": " + e.Detail }
-
-// decode reads a JSON body strictly (see jsonbody.Decode). With required false an empty
+// decode reads a JSON body strictly (see httpjson.Decode). With required false an empty
 // body is accepted.
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any, required bool) error {
-	if fe := jsonbody.Decode(w, r, h.maxBody, dst, required); fe != nil {
-		return &invalidError{Field: fe.Field, Detail: fe.Detail}
+	if fe := httpjson.Decode(w, r, h.maxBody, dst, required); fe != nil {
+		return &lease.InvalidError{Field: fe.Field, Detail: fe.Detail}
 	}
 	return nil
 }
 
 func writeInvalid(w http.ResponseWriter, err error) {
-	var inv *invalidError
+	var inv *lease.InvalidError
 	field := "body"
 	if errors.As(err, &inv) {
 		field = inv.Field
 	}
-	writeJSON(w, http.StatusBadRequest, ErrorBody{Error: CodeInvalid, Message: err.Error(), Field: field})
+	httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid, Message: err.Error(), Field: field})
 }
 
 // fail answers a failed operation: 503 LEASE_UNAVAILABLE for a store error, 500 INTERNAL
@@ -225,40 +197,24 @@ func writeInvalid(w http.ResponseWriter, err error) {
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, partial any, format string, args ...any) {
 	err = fmt.Errorf(format+": %w", append(args, err)...)
 	h.audit(r).Error(err, "Admin operation failed", "partial", partial != nil)
-	body := ErrorBody{Error: CodeInternal, Message: err.Error(), Result: partial}
+	body := httpjson.ErrorBody{Error: httpjson.CodeInternal, Message: err.Error(), Result: partial}
 	status := http.StatusInternalServerError
 	if errors.Is(err, lease.ErrUnavailable) {
-		body.Error, status = CodeUnavailable, http.StatusServiceUnavailable
+		body.Error, status = httpjson.CodeUnavailable, http.StatusServiceUnavailable
 	}
 	if partial != nil {
 		body.Message += " (\"result\" shows what was done before the failure; revoked holders went to their handlers)"
 	}
-	writeJSON(w, status, body)
+	httpjson.Write(w, status, body)
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", http.MethodPost)
-	writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: CodeMethodNotAllowed,
+	httpjson.Write(w, http.StatusMethodNotAllowed, httpjson.ErrorBody{Error: httpjson.CodeMethodNotAllowed,
 		Message: r.Method + " is not allowed on " + r.URL.Path + "; use POST"})
 }
 
 func unknownRoute(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusNotFound, ErrorBody{Error: CodeUnknownRoute,
+	httpjson.Write(w, http.StatusNotFound, httpjson.ErrorBody{Error: httpjson.CodeUnknownRoute,
 		Message: "no admin route " + r.URL.Path + " (this manager serves revoke, revoke-pod, sweep, reconcile under " + PathPrefix + ")"})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	// The status line is sent: a failed write only means the client went away.
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func truncate(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/httpjson"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // maxResponseBytes bounds an answer of the manager (a revoke-pod lists every revoked holder).
@@ -49,7 +51,7 @@ func (o *options) adminClient() (*adminClient, error) {
 type managerError struct {
 	URL    string
 	Status int
-	Body   adminapi.ErrorBody
+	Body   httpjson.ErrorBody
 	// Partial reports that the manager did part of the work before failing.
 	Partial bool
 }
@@ -63,13 +65,13 @@ func (e *managerError) Error() string {
 		what = "forbidden: the manager's operator API is disabled: it runs without an admin secret (Secret lease-admin, key secret, or --admin-secret)"
 	case e.Status == http.StatusForbidden:
 		what = "forbidden: " + e.Body.Message
-	case e.Body.Error == adminapi.CodeUnknownRoute:
+	case e.Body.Error == httpjson.CodeUnknownRoute:
 		what = "the manager does not serve this operator route (an older manager?): " + e.Body.Message
-	case e.Body.Error == adminapi.CodeNotFound:
+	case e.Body.Error == httpjson.CodeNotFound:
 		what = e.Body.Message
-	case e.Body.Error == adminapi.CodeInvalid:
+	case e.Body.Error == httpjson.CodeInvalid:
 		what = "the manager rejected the request: " + e.Body.Message
-	case e.Body.Error == adminapi.CodeUnavailable:
+	case e.Body.Error == httpjson.CodeUnavailable:
 		what = "the manager cannot use the lease store (LEASE_UNAVAILABLE): " + e.Body.Message
 	case e.Body.Error != "":
 		what = e.Body.Error + ": " + e.Body.Message
@@ -122,7 +124,7 @@ func (c *adminClient) post(ctx context.Context, route string, body, out any) err
 	}
 	merr := &managerError{URL: endpoint, Status: resp.StatusCode}
 	var raw struct {
-		adminapi.ErrorBody
+		httpjson.ErrorBody
 		Result json.RawMessage `json:"result"`
 	}
 	if json.Unmarshal(data, &raw) == nil && raw.Error != "" {
@@ -132,14 +134,7 @@ func (c *adminClient) post(ctx context.Context, route string, body, out any) err
 			merr.Partial = true
 		}
 	} else {
-		merr.Body.Message = strings.TrimSpace(truncate(string(data), 200))
+		merr.Body.Message = strings.TrimSpace(lease.Clip(string(data), 200))
 	}
 	return merr
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -24,20 +24,21 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 // Environment variables the flags fall back to.
 const (
-	EnvMongoURI      = "MONGODB_URI"
-	EnvMongoDatabase = "MONGODB_DATABASE"
-	EnvManagerURL    = "LEASE_MANAGER_URL"
-	EnvAdminSecret   = "LEASE_ADMIN_SECRET"
+	EnvMongoURI      = settings.EnvMongoURI
+	EnvMongoDatabase = settings.EnvMongoDatabase
+	EnvManagerURL    = settings.EnvManagerURL
+	EnvAdminSecret   = settings.EnvAdminSecret
 )
 
 // Defaults of the flags; the store defaults are the manager's.
 const (
-	DefaultMongoURI      = "mongodb://127.0.0.1:27017"
-	DefaultMongoDatabase = "lease"
+	DefaultMongoURI      = settings.DefaultMongoURI
+	DefaultMongoDatabase = settings.DefaultMongoDatabase
 	DefaultTimeout       = 90 * time.Second
 )
 

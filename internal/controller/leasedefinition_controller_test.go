@@ -156,21 +156,21 @@ var _ = Describe("LeaseDefinition", func() {
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionFalse, leasev1alpha1.ReasonAllFieldsOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(BeEmpty())
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-a", Levels: levels(8, 4, 2, 0), TTLSeconds: 60, WaitMs: 1000}))
+				Resource: "pool-a", Levels: levels(8, 4, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000)}))
 		})
 		expectStatus(ctx, tenant, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionTrue, leasev1alpha1.ReasonFieldsNotOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(Equal([]string{"levels.global"}))
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-t1", Levels: levels(8, 3, 2, 0), TTLSeconds: 60, WaitMs: 1000}))
+				Resource: "pool-t1", Levels: levels(8, 3, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000)}))
 		})
 		expectStatus(ctx, project, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionTrue, leasev1alpha1.ReasonFieldsNotOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(Equal([]string{"resource"}))
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-t1", Levels: levels(8, 3, 1, 1), TTLSeconds: 30, WaitMs: 1000}))
+				Resource: "pool-t1", Levels: levels(8, 3, 1, 1), TTLSeconds: 30, WaitMs: ptr.To[int32](1000)}))
 		})
 	})
 

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
@@ -79,7 +80,7 @@ func effective(d definition.Definition) *leasev1alpha1.EffectiveDefinition {
 	e := &leasev1alpha1.EffectiveDefinition{
 		Resource:   d.Resource,
 		TTLSeconds: int32(d.TTL / time.Second),
-		WaitMs:     int32(d.Wait / time.Millisecond),
+		WaitMs:     ptr.To(int32(d.Wait / time.Millisecond)),
 		NoOp:       d.NoOp(),
 	}
 	if !d.NoOp() {

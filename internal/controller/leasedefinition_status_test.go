@@ -32,7 +32,7 @@ func TestBuildStatus(t *testing.T) {
 	resolvedMsg := "Resolved: resource tex, caps global 6, tenant 3, project 1, ttl 2m0s, wait 10s"
 	texEffective := &leasev1alpha1.EffectiveDefinition{Resource: "tex",
 		Levels:     &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](6), Tenant: ptr.To[int32](3), Project: ptr.To[int32](1)},
-		TTLSeconds: 120, WaitMs: 10000}
+		TTLSeconds: 120, WaitMs: ptr.To[int32](10000)}
 
 	cases := map[string]struct {
 		prev leasev1alpha1.LeaseDefinitionStatus
@@ -54,7 +54,7 @@ func TestBuildStatus(t *testing.T) {
 		"NOOP": {
 			v: verdict{result: definition.Result{Definition: definition.Definition{Name: "x", Resource: "x", TTL: time.Minute}}},
 			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
-				Effective: &leasev1alpha1.EffectiveDefinition{Resource: "x", TTLSeconds: 60, NoOp: true},
+				Effective: &leasev1alpha1.EffectiveDefinition{Resource: "x", TTLSeconds: 60, WaitMs: ptr.To[int32](0), NoOp: true},
 				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved,
 					"Resolved: no level is capped, acquisitions are NOOP (resource x)", now), noneIgnored(now)}},
 		},

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
 )
@@ -33,7 +34,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	writeJSON(w, http.StatusOK, ev)
+	httpjson.Write(w, http.StatusOK, ev)
 }
 
 // parseTimeout reads the long-poll timeout: a Go duration ("30s") or whole seconds ("30"),

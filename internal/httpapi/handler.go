@@ -11,10 +11,15 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 )
+
+// PathPrefix is where the admission API is mounted: every route of NewHandler but
+// PathOpenAPI is below it.
+const PathPrefix = "/v1/"
 
 // Defaults of the options.
 const (
@@ -115,7 +120,7 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseResponse(lease))
+	httpjson.Write(w, http.StatusOK, leaseResponse(lease))
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
@@ -123,7 +128,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: "ok"})
 }
 
 func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {
@@ -141,7 +146,7 @@ func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: "ok"})
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
@@ -150,5 +155,5 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeBody{Outcome: outcome})
+	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: outcome})
 }

@@ -14,10 +14,12 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 const texBody = `{"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice","holderRef":"job-7","podBound":true,"payload":{"jobId":"j-1"}}`
@@ -88,7 +90,7 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Fatal("the waiting acquisition did not get the freed slot")
 	}
 	status, out = e.do(t, http.MethodPost, "/v1/leases/"+token+"/check", "")
-	if status != http.StatusGone || out["error"] != httpapi.CodeLost {
+	if status != http.StatusGone || out["error"] != httpjson.CodeLost {
 		t.Errorf("check after release = %d %v, want 410 LEASE_LOST", status, out)
 	}
 	if got := testutil.ToFloat64(e.metrics.Acquire.WithLabelValues("tex2pdf", metrics.AcquireSuccess)); got != 2 {
@@ -115,7 +117,7 @@ func TestBusyAnswer(t *testing.T) {
 	start := time.Now()
 	status, out := e.do(t, http.MethodPost, "/v1/leases", strings.Replace(texBody, `"lease"`, `"waitMs":300,"lease"`, 1))
 	elapsed := time.Since(start)
-	if status != http.StatusConflict || out["error"] != httpapi.CodeBusy {
+	if status != http.StatusConflict || out["error"] != httpjson.CodeBusy {
 		t.Fatalf("busy acquire = %d %v, want 409 LEASE_BUSY", status, out)
 	}
 	waited, _ := out["waitedMs"].(float64)
@@ -155,7 +157,7 @@ func TestUnavailableAnswer(t *testing.T) {
 		{http.MethodDelete, "/v1/leases/" + tok, ""},
 	} {
 		status, out := e.do(t, c.method, c.path, c.body)
-		if status != http.StatusServiceUnavailable || out["error"] != httpapi.CodeUnavailable || out["message"] == "" {
+		if status != http.StatusServiceUnavailable || out["error"] != httpjson.CodeUnavailable || out["message"] == "" {
 			t.Errorf("%s %s with the store down = %d %v, want 503 LEASE_UNAVAILABLE", c.method, c.path, status, out)
 		}
 	}
@@ -171,7 +173,7 @@ func TestLostAfterRevoke(t *testing.T) {
 		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
 		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{"jobId":"x"}}`},
 	} {
-		if status, out := e.do(t, c.method, c.path, c.body); status != http.StatusGone || out["error"] != httpapi.CodeLost {
+		if status, out := e.do(t, c.method, c.path, c.body); status != http.StatusGone || out["error"] != httpjson.CodeLost {
 			t.Errorf("%s %s after revoke = %d %v, want 410 LEASE_LOST", c.method, c.path, status, out)
 		}
 	}
@@ -227,7 +229,7 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			status, out := e.do(t, http.MethodPost, "/v1/leases", tc.body)
-			if status != http.StatusBadRequest || out["error"] != httpapi.CodeInvalid {
+			if status != http.StatusBadRequest || out["error"] != httpjson.CodeInvalid {
 				t.Fatalf("status %d %v, want 400 INVALID_REQUEST", status, out)
 			}
 			if out["field"] != tc.field {
@@ -354,15 +356,15 @@ func TestMethodNotAllowed(t *testing.T) {
 }
 
 func TestAgentIdentityFromEnv(t *testing.T) {
-	t.Setenv(httpapi.EnvPodNamespace, "apps")
-	t.Setenv(httpapi.EnvPodName, "worker-1")
-	t.Setenv(httpapi.EnvPodUID, "0b1c")
+	t.Setenv(settings.EnvPodNamespace, "apps")
+	t.Setenv(settings.EnvPodName, "worker-1")
+	t.Setenv(settings.EnvPodUID, "0b1c")
 	pod, err := httpapi.AgentIdentityFromEnv()
 	if err != nil || pod != (lease.PodRef{Namespace: "apps", Name: "worker-1", UID: "0b1c"}) {
 		t.Errorf("identity = %+v, %v", pod, err)
 	}
-	t.Setenv(httpapi.EnvPodUID, "")
-	if _, err := httpapi.AgentIdentityFromEnv(); err == nil || !strings.Contains(err.Error(), httpapi.EnvPodUID) {
-		t.Errorf("identity without %s = %v, want an error naming it", httpapi.EnvPodUID, err)
+	t.Setenv(settings.EnvPodUID, "")
+	if _, err := httpapi.AgentIdentityFromEnv(); err == nil || !strings.Contains(err.Error(), settings.EnvPodUID) {
+		t.Errorf("identity without %s = %v, want an error naming it", settings.EnvPodUID, err)
 	}
 }

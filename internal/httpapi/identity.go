@@ -7,13 +7,7 @@ import (
 	"os"
 
 	"github.com/vancetope/lease-operator/internal/lease"
-)
-
-// Downward-API environment variables of the agent (sidecar).
-const (
-	EnvPodNamespace = "POD_NAMESPACE"
-	EnvPodName      = "POD_NAME"
-	EnvPodUID       = "POD_UID"
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 // AgentIdentityFromEnv reads the agent's own pod from the downward API environment
@@ -24,10 +18,10 @@ func AgentIdentityFromEnv() (lease.PodRef, error) {
 }
 
 func identityFrom(getenv func(string) string) (lease.PodRef, error) {
-	pod := lease.PodRef{Namespace: getenv(EnvPodNamespace), Name: getenv(EnvPodName), UID: getenv(EnvPodUID)}
+	pod := lease.PodRef{Namespace: getenv(settings.EnvPodNamespace), Name: getenv(settings.EnvPodName), UID: getenv(settings.EnvPodUID)}
 	var missing []error
 	for _, v := range []struct{ name, value string }{
-		{EnvPodNamespace, pod.Namespace}, {EnvPodName, pod.Name}, {EnvPodUID, pod.UID},
+		{settings.EnvPodNamespace, pod.Namespace}, {settings.EnvPodName, pod.Name}, {settings.EnvPodUID, pod.UID},
 	} {
 		if v.value == "" {
 			missing = append(missing, fmt.Errorf("%s is not set", v.name))

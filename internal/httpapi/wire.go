@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,17 +9,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/jsonbody"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
-)
-
-// Error codes of the JSON error body.
-const (
-	CodeInvalid     = "INVALID_REQUEST"
-	CodeBusy        = "LEASE_BUSY"
-	CodeLost        = "LEASE_LOST"
-	CodeUnavailable = "LEASE_UNAVAILABLE"
 )
 
 // acquireBody is the body of POST /v1/leases.
@@ -97,25 +88,9 @@ type outcomeBody struct {
 	Outcome string `json:"outcome"`
 }
 
-// errorBody is every error answer: error is the code, message the detail; the other fields
-// are set for their code.
-type errorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	// Field names the offending request field (INVALID_REQUEST).
-	Field string `json:"field,omitempty"`
-	// The busy diagnosis (LEASE_BUSY).
-	Resource string `json:"resource,omitempty"`
-	Level    string `json:"level,omitempty"`
-	Scope    string `json:"scope,omitempty"`
-	Count    *int   `json:"count,omitempty"`
-	Cap      *int   `json:"cap,omitempty"`
-	WaitedMs *int64 `json:"waitedMs,omitempty"`
-}
-
-// decode reads a JSON body strictly (see jsonbody.Decode).
+// decode reads a JSON body strictly (see httpjson.Decode).
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any) error {
-	if fe := jsonbody.Decode(w, r, h.maxBody, dst, true); fe != nil {
+	if fe := httpjson.Decode(w, r, h.maxBody, dst, true); fe != nil {
 		return &lease.InvalidError{Field: fe.Field, Detail: fe.Detail}
 	}
 	return nil
@@ -129,25 +104,17 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	)
 	switch {
 	case errors.As(err, &inv):
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: CodeInvalid, Message: err.Error(), Field: inv.Field})
+		httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid, Message: err.Error(), Field: inv.Field})
 	case errors.As(err, &busy):
 		waited := busy.Waited.Milliseconds()
-		writeJSON(w, http.StatusConflict, errorBody{Error: CodeBusy, Message: err.Error(),
+		httpjson.Write(w, http.StatusConflict, httpjson.ErrorBody{Error: httpjson.CodeBusy, Message: err.Error(),
 			Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
 			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited})
 	case errors.Is(err, lease.ErrLost):
-		writeJSON(w, http.StatusGone, errorBody{Error: CodeLost, Message: err.Error()})
+		httpjson.Write(w, http.StatusGone, httpjson.ErrorBody{Error: httpjson.CodeLost, Message: err.Error()})
 	default:
 		// Unavailable, and anything unexpected: fail closed.
 		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path)
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: CodeUnavailable, Message: err.Error()})
+		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Error: httpjson.CodeUnavailable, Message: err.Error()})
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	// The status line is sent: a failed write only means the client went away.
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/vancetope/lease-operator/internal/settings"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -38,44 +39,23 @@ const (
 	// AgentMode is the first argument of the manager binary that selects sidecar mode.
 	AgentMode = "agent"
 
-	// AgentAPIPort serves the admission API (POST /v1/leases, ...) to the pod's own
-	// containers. The agent binds it on 127.0.0.1 only: every call on it acts with this
-	// pod's identity (from the downward API), so nothing outside the pod may reach it.
-	AgentAPIPort = 8090
+	// AgentAPIPort: see settings.AgentAPIPort.
+	AgentAPIPort = settings.AgentAPIPort
 	// AgentAPIPortName names AgentAPIPort in the pod spec.
 	AgentAPIPortName = "lease-agent"
-	// AgentInternalPort serves, on all interfaces, only what must be reachable from outside
-	// the pod: POST /internal/lease/revoked (revocations forwarded by other pods and the
-	// manager) and the kubelet's probes /healthz and /readyz. The kubelet probes the pod IP,
-	// so the probes cannot live on the loopback-only API port.
-	AgentInternalPort = 8091
+	// AgentInternalPort: see settings.AgentInternalPort.
+	AgentInternalPort = settings.AgentInternalPort
 	// AgentInternalPortName names AgentInternalPort in the pod spec.
 	AgentInternalPortName = "lease-internal"
 
 	// AgentURLEnv is set in every other container of the pod so the app finds its agent.
-	AgentURLEnv = "LEASE_AGENT_URL"
+	AgentURLEnv = settings.EnvAgentURL
 
 	// DefaultStoreSecret is the Secret read for MONGODB_URI unless configured otherwise.
 	DefaultStoreSecret = "lease-store"
 	// StoreSecretKey is the key in the store Secret that holds the MongoDB connection string.
 	StoreSecretKey = "uri"
 )
-
-// Environment variables of the agent container.
-const (
-	EnvPodName       = "POD_NAME"
-	EnvPodNamespace  = "POD_NAMESPACE"
-	EnvPodUID        = "POD_UID"
-	EnvPodIP         = "POD_IP"
-	EnvMongoURI      = "MONGODB_URI"
-	EnvMongoDatabase = "MONGODB_DATABASE"
-	// EnvManagerURL tells the agent where the manager's API is: its lazy idle sweep asks the
-	// manager, which dispatches the reaped holders through the full matrix.
-	EnvManagerURL = "LEASE_MANAGER_URL"
-)
-
-// AgentURL is the value of LEASE_AGENT_URL: the API port on loopback.
-const AgentURL = "http://127.0.0.1:8090"
 
 // AgentArgs are the arguments of the agent container: sidecar mode, then its two listeners.
 // The manager binary must accept them: `manager agent --api-bind-address=127.0.0.1:8090
@@ -104,6 +84,10 @@ type Config struct {
 	ManagerURL string
 	// Resources of the agent container; zero means DefaultAgentResources.
 	Resources corev1.ResourceRequirements
+	// AgentKey, when set, gives the key the agents of a namespace verify forwarded
+	// revocations with (agentlink.AgentKey); it becomes LEASE_AGENT_KEY. The manager's
+	// internal secret itself never leaves the manager.
+	AgentKey func(namespace string) string
 }
 
 // DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.

@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 
+	"github.com/vancetope/lease-operator/internal/settings"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -49,7 +50,7 @@ func Inject(pod *corev1.Pod, cfg Config) (changed bool, err error) {
 		if len(errs) > 0 {
 			return false, invalid(pod, errs)
 		}
-		pod.Spec.InitContainers = append([]corev1.Container{agentContainer(cfg, secret)}, pod.Spec.InitContainers...)
+		pod.Spec.InitContainers = append([]corev1.Container{agentContainer(cfg, pod.Namespace, secret)}, pod.Spec.InitContainers...)
 		changed = true
 	}
 
@@ -146,7 +147,7 @@ func ensureAgentURL(c *corev1.Container) bool {
 			return false
 		}
 	}
-	c.Env = append(c.Env, corev1.EnvVar{Name: AgentURLEnv, Value: AgentURL})
+	c.Env = append(c.Env, corev1.EnvVar{Name: AgentURLEnv, Value: settings.AgentURL})
 	return true
 }
 
@@ -168,27 +169,33 @@ func invalid(pod *corev1.Pod, errs field.ErrorList) error {
 // needing a non-loopback listener. A forged revocation on the internal port can at most make
 // the agent re-check its token against the store; a NetworkPolicy can further restrict the
 // port to pods labelled LabelAgent and the manager.
-func agentContainer(cfg Config, storeSecret string) corev1.Container {
+func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container {
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path},
 		}}
 	}
 	env := []corev1.EnvVar{
-		fieldEnv(EnvPodName, "metadata.name"),
-		fieldEnv(EnvPodNamespace, "metadata.namespace"),
-		fieldEnv(EnvPodUID, "metadata.uid"),
-		fieldEnv(EnvPodIP, "status.podIP"),
-		{Name: EnvMongoURI, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		fieldEnv(settings.EnvPodName, "metadata.name"),
+		fieldEnv(settings.EnvPodNamespace, "metadata.namespace"),
+		fieldEnv(settings.EnvPodUID, "metadata.uid"),
+		fieldEnv(settings.EnvPodIP, "status.podIP"),
+		{Name: settings.EnvMongoURI, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: storeSecret},
 			Key:                  StoreSecretKey,
 		}}},
 	}
 	if cfg.StoreDatabase != "" {
-		env = append(env, corev1.EnvVar{Name: EnvMongoDatabase, Value: cfg.StoreDatabase})
+		env = append(env, corev1.EnvVar{Name: settings.EnvMongoDatabase, Value: cfg.StoreDatabase})
 	}
 	if cfg.ManagerURL != "" {
-		env = append(env, corev1.EnvVar{Name: EnvManagerURL, Value: cfg.ManagerURL})
+		env = append(env, corev1.EnvVar{Name: settings.EnvManagerURL, Value: cfg.ManagerURL})
+	}
+	// The API server has set the namespace of a created pod before admission.
+	if cfg.AgentKey != nil && namespace != "" {
+		if key := cfg.AgentKey(namespace); key != "" {
+			env = append(env, corev1.EnvVar{Name: settings.EnvAgentKey, Value: key})
+		}
 	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/settings"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -345,7 +346,7 @@ func TestInjectCustomResources(t *testing.T) {
 
 // The exported contract constants must agree with each other.
 func TestAgentContract(t *testing.T) {
-	if want := "http://127.0.0.1:" + strconv.Itoa(AgentAPIPort); AgentURL != want {
-		t.Errorf("AgentURL = %q, want %q", AgentURL, want)
+	if want := "http://127.0.0.1:" + strconv.Itoa(AgentAPIPort); settings.AgentURL != want {
+		t.Errorf("settings.AgentURL = %q, want %q", settings.AgentURL, want)
 	}
 }

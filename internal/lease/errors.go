@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // The outcomes of an acquisition and of the calls on a held lease, checked with errors.Is.
@@ -37,8 +38,8 @@ type BusyError struct {
 
 // Error describes the full level and the wait.
 func (e *BusyError) Error() string {
-	msg := fmt.Sprintf("resource %s is busy at level %s (scope %s): %d of %d in use",
-		e.Resource, e.Level, e.Scope, e.Count, e.Cap)
+	msg := fmt.Sprintf("%s: resource %s is full at level %s (scope %s): %d of %d in use",
+		ErrBusy, e.Resource, e.Level, e.Scope, e.Count, e.Cap)
 	if e.Waited > 0 {
 		msg += fmt.Sprintf(", waited %s", e.Waited.Round(time.Millisecond))
 	}
@@ -63,7 +64,7 @@ type UnavailableError struct {
 
 // Error describes what failed.
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("lease unavailable: %s: %v", e.Op, e.Err)
+	return fmt.Sprintf("%s: %s: %v", ErrUnavailable, e.Op, e.Err)
 }
 
 // Is makes errors.Is(err, ErrUnavailable) hold.
@@ -98,4 +99,16 @@ func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 // Invalid builds an *InvalidError with a formatted detail.
 func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Clip shortens a caller-supplied or remote value for an error message or an Event: at most n
+// bytes, cut on a rune boundary, with an ellipsis when cut.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -54,7 +54,6 @@ func (p PodRef) String() string {
 	return p.Namespace + "/" + p.Name
 }
 
-// AcquireRequest is one attempt to book a slot at every capped level of a resource.
 // Holder is a held (or pending) lease as stored. The value Acquire returns leaves
 // AcquiredAt and LastSeenAt zero: they are server times, read back only by the reads.
 type Holder struct {

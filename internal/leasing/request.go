@@ -1,7 +1,6 @@
 package leasing
 
 import (
-	"fmt"
 	"regexp"
 	"time"
 	"unicode"
@@ -88,14 +87,14 @@ func (s *Service) validate(req Request) error {
 	case req.Type == "":
 		return lease.Invalid("type", "is required")
 	case !typePattern.MatchString(req.Type):
-		return lease.Invalid("type", "%q is not a valid lease type", truncate(req.Type))
+		return lease.Invalid("type", "%q is not a valid lease type", lease.Clip(req.Type, 64))
 	case s.types == nil || !s.types.Has(req.Type):
 		return lease.Invalid("type", "no handler is registered for lease type %q", req.Type)
 	case req.Inline != nil && req.Lease != "":
 		return lease.Invalid("inline", "lease and inline are mutually exclusive")
 	}
 	if req.Lease != "" && req.Lease != definition.NoneReference && !definition.ValidName(req.Lease) {
-		return lease.Invalid("lease", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(req.Lease))
+		return lease.Invalid("lease", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", lease.Clip(req.Lease, 64))
 	}
 	if req.Tenant == "" {
 		return lease.Invalid("tenant", "is required")
@@ -107,7 +106,7 @@ func (s *Service) validate(req Request) error {
 		return definitionError("validating scope", err)
 	}
 	if req.User != "" && !userPattern.MatchString(req.User) {
-		return lease.Invalid("user", "%q is not a valid user ID", truncate(req.User))
+		return lease.Invalid("user", "%q is not a valid user ID", lease.Clip(req.User, 64))
 	}
 	if len(req.HolderRef) > MaxHolderRefBytes || !printable(req.HolderRef) {
 		return lease.Invalid("holderRef", "must be printable UTF-8 of at most %d bytes", MaxHolderRefBytes)
@@ -129,7 +128,7 @@ func validatePod(p lease.PodRef) error {
 		return nil
 	}
 	if !podPattern.MatchString(p.Namespace) || !podPattern.MatchString(p.Name) || len(p.UID) > 128 || !printable(p.UID) {
-		return lease.Invalid("pod", "%q (uid %q) is not a valid pod", truncate(p.String()), truncate(p.UID))
+		return lease.Invalid("pod", "%q (uid %q) is not a valid pod", lease.Clip(p.String(), 64), lease.Clip(p.UID, 64))
 	}
 	return nil
 }
@@ -140,7 +139,7 @@ func validatePayload(payload map[string]string) error {
 	}
 	for k, v := range payload {
 		if !payloadKeyPattern.MatchString(k) {
-			return lease.Invalid("payload", "key %q is not valid (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", truncate(k))
+			return lease.Invalid("payload", "key %q is not valid (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", lease.Clip(k, 64))
 		}
 		if len(v) > MaxPayloadValueBytes || !utf8.ValidString(v) {
 			return lease.Invalid("payload", "value of %q must be UTF-8 of at most %d bytes", k, MaxPayloadValueBytes)
@@ -162,10 +161,3 @@ func printable(s string) bool {
 }
 
 // truncate shortens a rejected value for an error message.
-func truncate(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return fmt.Sprintf("%s…", s[:n])
-}

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
@@ -50,14 +51,17 @@ func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, in
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "only POST is allowed", http.StatusMethodNotAllowed)
+			httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
 			return
 		}
 		var req relayRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || req.Resource == "" || len(req.Resource) > maxResourceLen {
-			http.Error(w, "body must be {\"resource\": <1 to 256 characters>}", http.StatusBadRequest)
+		if fe := httpjson.Decode(w, r, 4<<10, &req, true); fe != nil {
+			httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid, Message: fe.Error(), Field: fe.Field})
+			return
+		}
+		if req.Resource == "" || len(req.Resource) > maxResourceLen {
+			httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid,
+				Message: "resource: want 1 to 256 characters", Field: "resource"})
 			return
 		}
 		reaped := 0
@@ -67,13 +71,12 @@ func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, in
 				listener.Revoked(context.WithoutCancel(r.Context()), metrics.ReapIdle, holders)
 			}
 			if err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, err.Error())
 				return
 			}
 			reaped = len(holders)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(relayResponse{Reaped: reaped})
+		httpjson.Write(w, http.StatusOK, relayResponse{Reaped: reaped})
 	})
 }
 

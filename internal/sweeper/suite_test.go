@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -17,27 +16,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/sweeper"
-	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
 // sharedSecret protects the stand-in agents' receivers, as in production.
@@ -46,7 +42,7 @@ const sharedSecret = "suite-secret"
 var (
 	suiteT    *testing.T
 	assetsDir string
-	testEnv   *envtest.Environment
+	env       *testenv.Env
 	cfg       *rest.Config
 	k8sClient client.Client
 	mongoURI  string
@@ -61,38 +57,23 @@ func TestMain(m *testing.M) {
 }
 
 func TestSweeper(t *testing.T) {
-	dir, err := envtestbin.AssetsDir()
-	if err != nil {
-		t.Skip(err.Error())
-	}
-	assetsDir = dir
+	assetsDir = testenv.AssetsOrSkip(t)
 	suiteT = t
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Sweeper and Revocation Suite")
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	SetDefaultEventuallyTimeout(15 * time.Second)
-	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
-	SetDefaultConsistentlyDuration(500 * time.Millisecond)
+	testenv.ConfigureGomega(15 * time.Second)
 
 	var err error
 	mongoURI, err = mongotest.URI()
 	Expect(err).NotTo(HaveOccurred(), "test MongoDB")
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assetsDir,
-	}
-	cfg, err = testEnv.Start()
+	env, err = testenv.Start(assetsDir, testenv.Options{})
 	Expect(err).NotTo(HaveOccurred())
-
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	cfg, k8sClient = env.Config, env.Client
+	scheme := env.Scheme
 
 	// The manager's event recorder is the same thing: an events/v1 broadcaster.
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -108,8 +89,8 @@ var _ = AfterSuite(func() {
 	if stopBcast != nil {
 		stopBcast()
 	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
 	}
 })
 
@@ -182,10 +163,10 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 
 	f.watcher, err = podwatch.New(cfg, podwatch.Options{Self: f.self, Namespaces: []string{f.ns}, Logger: GinkgoLogr})
 	Expect(err).NotTo(HaveOccurred())
-	registry := revocation.NewDefaultRegistry(f.selfHub,
-		revocation.ClientSecretReader{Reader: k8sClient}, nil)
+	registry := handlers.NewDefaultRegistry(f.selfHub,
+		handlers.ClientSecretReader{Reader: k8sClient}, nil)
 	f.disp = revocation.NewDispatcher(f.watcher, f.self, registry,
-		revocation.WithForwarder(revocation.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
+		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
 		revocation.WithRecorder(recorder),
 		revocation.WithMetrics(f.metrics),
 		revocation.WithRegisterer(f.registry),
@@ -215,9 +196,9 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 // serveAgent starts the stand-in agent as the agent of pod (the receiver checks the pod).
 func (f *fixture) serveAgent(pod lease.PodRef) {
 	mux := http.NewServeMux()
-	mux.Handle("POST "+revocation.ReceiverPath, revocation.NewReceiver(pod,
-		revocation.NewDefaultRegistry(f.agent.hub, nil, nil),
-		revocation.WithSharedSecret(sharedSecret), revocation.WithReceiverLogger(GinkgoLogr.WithName("agent"))))
+	mux.Handle("POST "+agentlink.ReceiverPath, agentlink.NewReceiver(pod,
+		handlers.NewDefaultRegistry(f.agent.hub, nil, nil),
+		agentlink.WithAgentKey(agentlink.AgentKey(sharedSecret, pod.Namespace)), agentlink.WithReceiverLogger(GinkgoLogr.WithName("agent"))))
 	f.agent.srv.Config.Handler = mux
 	f.agent.srv.Start()
 }
@@ -225,14 +206,10 @@ func (f *fixture) serveAgent(pod lease.PodRef) {
 // freshNamespace creates a namespace (with its default ServiceAccount: envtest runs no
 // controller-manager) for one spec and deletes it afterwards.
 func freshNamespace(ctx context.Context) string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sweep-"}}
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) {
-		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, ns))).To(Succeed())
-	})
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "default"}}
+	ns := testenv.FreshNamespace(ctx, k8sClient, "sweep", nil)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}
 	Expect(k8sClient.Create(ctx, sa)).To(Succeed())
-	return ns.Name
+	return ns
 }
 
 // createPod creates a running pod with ip (no kubelet: the test sets the status) and waits

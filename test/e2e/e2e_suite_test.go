@@ -16,8 +16,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -27,8 +25,8 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
-	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
 const (
@@ -50,7 +48,7 @@ var (
 	assetsDir string
 	workDir   string // the binary, the kubeconfig and the process logs
 
-	testEnv   *envtest.Environment
+	env       *testenv.Env
 	k8sClient client.Client
 	store     *leasestore.Store
 
@@ -72,11 +70,7 @@ var (
 )
 
 func TestE2E(t *testing.T) {
-	dir, err := envtestbin.AssetsDir()
-	if err != nil {
-		t.Skip(err.Error())
-	}
-	assetsDir = dir
+	assetsDir = testenv.AssetsOrSkip(t)
 	suiteT = t
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "End-to-End Suite")
@@ -113,28 +107,20 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		started <- result{uri, err}
 	}()
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assetsDir,
-	}
-	cfg, err := testEnv.Start()
+	env, err = testenv.Start(assetsDir, testenv.Options{})
 	Expect(err).NotTo(HaveOccurred(), "starting the control plane")
+	cfg := env.Config
 	GinkgoWriter.Printf("e2e: control plane ready in %v\n", time.Since(begin).Round(time.Millisecond))
 
 	// The processes get a cluster admin's kubeconfig.
-	admin, err := testEnv.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, cfg)
+	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, cfg)
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := admin.KubeConfig()
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfigPath := filepath.Join(workDir, "kubeconfig")
 	Expect(os.WriteFile(kubeconfigPath, kubeconfig, 0o600)).To(Succeed())
 
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(leasev1alpha1.AddToScheme(scheme)).To(Succeed())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	k8sClient = env.Client
 
 	applySamples(ctx, filepath.Join(root, "config", "samples"))
 	appPod = createRunningPod(ctx, appPodName, appPodIP)
@@ -201,8 +187,8 @@ var _ = AfterSuite(func(ctx SpecContext) {
 		_ = store.Close(ctx)
 	}
 	var envErr error
-	if testEnv != nil {
-		envErr = testEnv.Stop()
+	if env != nil {
+		envErr = env.Stop()
 	}
 	mongotest.Stop()
 	Expect(agentErr).NotTo(HaveOccurred(), "the agent should run until the end of the suite")

@@ -45,7 +45,7 @@ var _ = Describe("The lease system", func() {
 			Resource:   "tex",
 			Levels:     &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](6), Tenant: ptr.To[int32](2), Project: ptr.To[int32](2)},
 			TTLSeconds: 300,
-			WaitMs:     30000,
+			WaitMs:     ptr.To[int32](30000),
 		}))
 
 		By("an acquisition in acme/website getting those caps from the agent")

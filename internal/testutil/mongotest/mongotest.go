@@ -15,9 +15,12 @@
 //		if err != nil {
 //			t.Fatal(err)
 //		}
-//		store, err := leasestore.Connect(ctx, uri, mongotest.DatabaseName(t))
+//		store, err := leasestore.Connect(uri, mongotest.DatabaseName(t))
 //		...
 //	}
+//
+// Store tests normally use internal/testutil/storetest instead, which does the above, creates
+// the indexes, and drops the database when the test ends.
 //
 // The mongodev binary is <repo root>/bin/mongodev; it is built from hack/mongodev when it is
 // missing or older than its sources ($MONGODEV_BIN overrides the path and skips building).
@@ -42,6 +45,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 const (
@@ -64,7 +69,7 @@ var (
 // the URI of a development server started once per test binary (process). Safe for
 // concurrent use. A failure to start is remembered: later calls return the same error.
 func URI() (string, error) {
-	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+	if uri := os.Getenv(settings.EnvMongoURI); uri != "" {
 		return uri, nil
 	}
 	sharedMu.Lock()

@@ -1,4 +1,4 @@
-package jsonbody_test
+package httpjson_test
 
 import (
 	"net/http/httptest"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/vancetope/lease-operator/internal/jsonbody"
+	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
@@ -36,7 +36,7 @@ func TestDecode(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := httptest.NewRequest("POST", "/", strings.NewReader(tc.in))
 			var got body
-			fe := jsonbody.Decode(httptest.NewRecorder(), r, 64, &got, tc.required)
+			fe := httpjson.Decode(httptest.NewRecorder(), r, 64, &got, tc.required)
 			if tc.want == nil {
 				if fe != nil {
 					t.Fatalf("Decode = %v, want success", fe)

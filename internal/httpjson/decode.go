@@ -1,6 +1,7 @@
-// Package jsonbody reads JSON request bodies strictly for the project's HTTP APIs: bounded
-// size, exactly one object, no unknown fields, and errors that name the offending field.
-package jsonbody
+// Package httpjson is the one way the project's HTTP APIs speak JSON: request bodies read strictly (bounded
+// size, exactly one object, no unknown fields, errors naming the field), answers written with one
+// writer, and one error body for every error answer.
+package httpjson
 
 import (
 	"encoding/json"

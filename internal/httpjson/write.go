@@ -1,0 +1,57 @@
+package httpjson
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Error codes shared by the project's APIs. The lease outcomes are spelled as the sentinels of
+// internal/lease print themselves.
+const (
+	CodeInvalid     = "INVALID_REQUEST"
+	CodeBusy        = "LEASE_BUSY"
+	CodeLost        = "LEASE_LOST"
+	CodeUnavailable = "LEASE_UNAVAILABLE"
+	// CodeUnauthorized: a missing or wrong shared secret.
+	CodeUnauthorized = "UNAUTHORIZED"
+	// CodeNotFound: the named object does not exist.
+	CodeNotFound = "NOT_FOUND"
+	// CodeUnknownRoute: no route at that path.
+	CodeUnknownRoute = "UNKNOWN_ROUTE"
+	// CodeMethodNotAllowed: the path exists, the method does not.
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// CodeInternal: a failure that is not the store's.
+	CodeInternal = "INTERNAL"
+)
+
+// ErrorBody is every error answer of every API: Error is the code, Message the detail; the
+// other fields are set for the codes that carry them. docs/api.md documents it.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	// Field names the offending request field (INVALID_REQUEST).
+	Field string `json:"field,omitempty"`
+	// The busy diagnosis (LEASE_BUSY): the first full level, narrow to wide.
+	Resource string `json:"resource,omitempty"`
+	Level    string `json:"level,omitempty"`
+	Scope    string `json:"scope,omitempty"`
+	Count    *int   `json:"count,omitempty"`
+	Cap      *int   `json:"cap,omitempty"`
+	WaitedMs *int64 `json:"waitedMs,omitempty"`
+	// Result is what an operator action did before a failure, in the route's success shape.
+	Result any `json:"result,omitempty"`
+}
+
+// Write answers status with v as JSON. Answers are never cached: they describe live state.
+func Write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	// The status line is sent: a failed write only means the client went away.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError answers status with an ErrorBody of code and message.
+func WriteError(w http.ResponseWriter, status int, code, message string) {
+	Write(w, status, ErrorBody{Error: code, Message: message})
+}
