@@ -126,6 +126,18 @@ func revokeByOperator(token, tenant string) {
 	Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
 }
 
+// texLease acquires a tex lease in tenant/p1 for user through the Go client on the agent; the
+// spec releases it on cleanup (release is idempotent).
+func texLease(ctx context.Context, tenant, user string) *leaseclient.Lease {
+	GinkgoHelper()
+	client, err := leaseclient.New(agentAPI.base)
+	Expect(err).NotTo(HaveOccurred())
+	l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: "p1", User: user})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(l.Release(context.Background())).To(Succeed()) })
+	return l
+}
+
 var tokenOut = regexp.MustCompile(`token=([0-9a-f]{32})`)
 
 // tokens returns the lease tokens the example printed, in order.
@@ -175,11 +187,7 @@ var _ = Describe("The example consumers", func() {
 	It("compile-poller: reports LEASE_BUSY with the diagnosis", func(ctx SpecContext) {
 		const tenant = "poller-busy"
 		By("another consumer holding the project's only slot, through the Go client")
-		client, err := leaseclient.New(agentAPI.base)
-		Expect(err).NotTo(HaveOccurred())
-		held, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: "p1", User: "bob"})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(held.Release(context.Background())).To(Succeed()) })
+		held := texLease(ctx, tenant, "bob")
 
 		e := startExample("compile-poller", "-tenant", tenant, "-project", "p1", "-user", "ann", "-wait", "200ms")
 		Expect(e.exited(30*time.Second)).To(Equal(2), e.out.String())
@@ -230,11 +238,7 @@ var _ = Describe("The example consumers", func() {
 
 	It("shows held leases in the manager's state gauges", func(ctx SpecContext) {
 		const tenant = "gauges-co"
-		client, err := leaseclient.New(agentAPI.base)
-		Expect(err).NotTo(HaveOccurred())
-		l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: "p1", User: "ann"})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(l.Release(context.Background())).To(Succeed()) })
+		l := texLease(ctx, tenant, "ann")
 		// The gauges are read from the store at most every 30 s.
 		Eventually(func(g Gomega) {
 			text := scrape(g)
@@ -256,11 +260,7 @@ var _ = Describe("The example consumers", func() {
 
 	It("exports the agent's metrics on its internal port", func(ctx SpecContext) {
 		const tenant = "agent-metrics-co"
-		client, err := leaseclient.New(agentAPI.base)
-		Expect(err).NotTo(HaveOccurred())
-		l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: "p1", User: "ann"})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(l.Release(ctx)).To(Succeed())
+		Expect(texLease(ctx, tenant, "ann").Release(ctx)).To(Succeed())
 		resp, err := http.Get(agentMetricsURL)
 		Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = resp.Body.Close() }()
