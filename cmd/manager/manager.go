@@ -216,6 +216,7 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 // and the operator API on --api-bind-address.
 func setupAPIServer(mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts) error {
 	svc := leasing.NewService(store, resolver, rev.registry, rev.dispatcher, realClock, rev.metrics)
+	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
 	mux := routes(routeHandlers{
 		api:     httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
 		revoked: newReceiver(rev.self, rev.registry, agentlink.AgentKey(f.store.secret, rev.self.Namespace), store),

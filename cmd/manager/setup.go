@@ -79,6 +79,7 @@ func routes(h routeHandlers) *http.ServeMux {
 		handler http.Handler
 	}{
 		{httpapi.PathPrefix, h.api},
+		{httpapi.PathOpenAPI, h.api},
 		{agentlink.ReceiverPath, h.revoked},
 		{sweeper.RelayPath, h.relay},
 		{adminapi.PathPrefix, h.admin},

@@ -17,7 +17,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 )
 
-// PathPrefix is where the admission API is mounted: every route of NewHandler is below it.
+// PathPrefix is where the admission API is mounted: every route of NewHandler but
+// PathOpenAPI is below it.
 const PathPrefix = "/v1/"
 
 // Defaults of the options.
@@ -70,7 +71,9 @@ type handler struct {
 //	PUT    /v1/leases/{token}/payload   replace the payload
 //	DELETE /v1/leases/{token}           release (idempotent)
 //	GET    /v1/leases/{token}/events    long-poll for a revocation (WithEvents)
+//	GET    /openapi.json                this API's OpenAPI document
 //
+// (the route table is table(), from the Path constants; mount the handler at "/").
 // A server running it needs a write timeout above the longest wait (waitMs, at most
 // leasing.MaxWait, or WithMaxWait) and the long-poll bound (MaxEventTimeout).
 func NewHandler(svc *leasing.Service, opts ...Option) http.Handler {
@@ -78,12 +81,11 @@ func NewHandler(svc *leasing.Service, opts ...Option) http.Handler {
 	for _, o := range opts {
 		o(h)
 	}
-	h.mux.HandleFunc("POST /v1/leases", h.acquire)
-	h.mux.HandleFunc("POST /v1/leases/{token}/check", h.check)
-	h.mux.HandleFunc("PUT /v1/leases/{token}/payload", h.updatePayload)
-	h.mux.HandleFunc("DELETE /v1/leases/{token}", h.release)
-	if h.hub != nil {
-		h.mux.HandleFunc("GET /v1/leases/{token}/events", h.events)
+	for _, r := range h.table() {
+		if r.Path == PathEvents && h.hub == nil {
+			continue
+		}
+		h.mux.HandleFunc(r.Method+" "+r.Path, r.serve)
 	}
 	return h.mux
 }

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,11 +22,21 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/openapitest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	mongotest.Stop()
+	// Every answer the OpenAPI document describes must have been produced by a test (only
+	// meaningful when the whole package ran).
+	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
+		missing, err := openapitest.Unexercised()
+		if err != nil || len(missing) > 0 {
+			fmt.Fprintf(os.Stderr, "OpenAPI answers no test produced: %v %v\n", missing, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -125,7 +137,7 @@ func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
 	e.metrics = metrics.New(prometheus.NewRegistry())
 	e.svc = leasing.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
 		leasing.NewStaticTypes("tex", "mcp"), nil, nil, e.metrics)
-	e.srv = httptest.NewServer(httpapi.NewHandler(e.svc, o.httpOpts...))
+	e.srv = httptest.NewServer(openapitest.Conformance(t, httpapi.NewHandler(e.svc, o.httpOpts...)))
 	t.Cleanup(e.srv.Close)
 	return e
 }

@@ -57,7 +57,9 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 	}
 	label := s.labels.of(def.Resource)
 	start := s.clk.Now()
+	s.metrics.Waiting.WithLabelValues(label).Inc()
 	h, err := s.acquire(ctx, sreq, start.Add(wait))
+	s.metrics.Waiting.WithLabelValues(label).Dec()
 	waited := s.clk.Since(start)
 	var busy *lease.BusyError
 	switch {

@@ -38,6 +38,9 @@ type Metrics struct {
 	Reconcile *prometheus.CounterVec
 	// AcquireWait observes, per resource, how long an acquire waited before its outcome.
 	AcquireWait *prometheus.HistogramVec
+	// Waiting counts, per resource, the acquisitions in progress in this process: booking a
+	// slot or waiting for one.
+	Waiting *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them with reg (nil: not registered).
@@ -63,9 +66,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time an acquire waited for a slot before its outcome, by resource.",
 			Buckets: []float64{0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}, []string{"resource"}),
+		Waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vance_lease_acquire_waiting",
+			Help: "Acquisitions in progress in this process (booking a slot or waiting for one), by resource.",
+		}, []string{"resource"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Acquire, m.Check, m.Release, m.Reap, m.Reconcile, m.AcquireWait)
+		reg.MustRegister(m.Acquire, m.Check, m.Release, m.Reap, m.Reconcile, m.AcquireWait, m.Waiting)
 	}
 	return m
 }

@@ -1,0 +1,68 @@
+package leaseclient
+
+import "time"
+
+// The JSON bodies of the admission API (api/openapi/lease-api.yaml). The client keeps its
+// own copies so that it imports nothing of the operator; the OpenAPI conformance test of
+// internal/httpapi keeps server and document, and this package's tests keep client and
+// server, in agreement.
+
+type acquireBody struct {
+	Type      string            `json:"type"`
+	Lease     string            `json:"lease,omitempty"`
+	Inline    *Inline           `json:"inline,omitempty"`
+	Tenant    string            `json:"tenant"`
+	Project   string            `json:"project"`
+	User      string            `json:"user,omitempty"`
+	HolderRef string            `json:"holderRef,omitempty"`
+	PodBound  bool              `json:"podBound,omitempty"`
+	Payload   map[string]string `json:"payload,omitempty"`
+	WaitMs    *int64            `json:"waitMs,omitempty"`
+}
+
+type levelBody struct {
+	Level string `json:"level"`
+	Scope string `json:"scope"`
+	Cap   int    `json:"cap"`
+}
+
+// leaseBody is the 200 answer of an acquire; a NOOP answer has only noop=true.
+type leaseBody struct {
+	Token      string      `json:"token"`
+	NoOp       bool        `json:"noop"`
+	Lease      string      `json:"lease"`
+	Resource   string      `json:"resource"`
+	Levels     []levelBody `json:"levels"`
+	TTLSeconds int64       `json:"ttlSeconds"`
+}
+
+type payloadBody struct {
+	Payload map[string]string `json:"payload"`
+}
+
+type outcomeBody struct {
+	Outcome string `json:"outcome"`
+}
+
+type errorBody struct {
+	Error    string `json:"error"`
+	Message  string `json:"message"`
+	Field    string `json:"field"`
+	Resource string `json:"resource"`
+	Level    string `json:"level"`
+	Scope    string `json:"scope"`
+	Count    int    `json:"count"`
+	Cap      int    `json:"cap"`
+	WaitedMs int64  `json:"waitedMs"`
+}
+
+// Event is a revocation notice from GET /v1/leases/{token}/events: the lease was reaped
+// (reason idle or pod) or revoked by an operator (reason revoke). Stop using the resource.
+type Event struct {
+	Token string `json:"token"`
+	// Reason is idle, pod or revoke.
+	Reason   string    `json:"reason"`
+	Type     string    `json:"type"`
+	Resource string    `json:"resource"`
+	At       time.Time `json:"at"`
+}
