@@ -280,19 +280,23 @@ var _ = Describe("Sweeps", func() {
 		f := newFixture(ctx, fixtureOptions{interval: 30 * time.Second})
 		pod := f.createPod(ctx, "app-idle", "127.0.0.1")
 		f.serveAgent(pod)
-		const ttl = 2 * time.Second
+		const ttl = 4 * time.Second
 		idle := f.acquire(ctx, "notify", "pool", pod, true, ttl, nil)
 		acquired := time.Now()
 		kept := f.acquire(ctx, "notify", "other-pool", pod, true, time.Hour, nil)
 
-		// A round right away and rounds on every tick for a while reap nothing.
+		// A round right away and rounds on every tick reap nothing while the TTL runs. The
+		// window is what is left of the TTL (less a margin for the server's clock), so that a
+		// slow machine shortens the check instead of running it past the TTL.
 		res, err := f.sweeper.Sweep(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Idle).To(BeZero())
+		window := ttl - time.Since(acquired) - time.Second
+		Expect(window).To(BeNumerically(">", 0), "the first round took longer than the TTL")
 		Consistently(func() bool {
 			f.clock.Step(f.interval)
 			return f.held(ctx, idle.Token)
-		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
+		}).WithTimeout(window).WithPolling(100 * time.Millisecond).Should(BeTrue())
 
 		// Past the TTL (server time), the next scheduled round reaps it.
 		Eventually(func() bool {
