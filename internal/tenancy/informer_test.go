@@ -17,56 +17,33 @@ func namespace(name, tenant string) *corev1.Namespace {
 	return ns
 }
 
-// TestInformedHandler drives the informer handler with the events a Namespace informer
-// delivers and checks the map and the OnChange notifications after each.
-func TestInformedHandler(t *testing.T) {
-	m := &Informed{system: "lease-system", tenantOf: map[string]string{}, byTenant: map[string]map[string]struct{}{}}
-	var changed []string
-	m.OnChange(func(ns string) { changed = append(changed, ns) })
-	h := m.handler()
-
-	type state struct {
-		Changed []string
-		Acme    []string
-		Globex  []string
-		OfA     string
-	}
-	snapshot := func() state {
-		t, _ := m.TenantOf("a")
-		s := state{Changed: changed, Acme: m.NamespacesOf("acme"), Globex: m.NamespacesOf("globex"), OfA: t}
-		changed = nil
-		return s
-	}
-	steps := []struct {
-		name  string
-		event func()
-		want  state
+// TestChangeHandler drives the handler with the events a Namespace informer delivers: only
+// events that change a namespace's tenant are reported.
+func TestChangeHandler(t *testing.T) {
+	cases := map[string]struct {
+		event func(h toolscache.ResourceEventHandler)
+		want  []string
 	}{
-		{"add labelled", func() { h.OnAdd(namespace("a", "acme"), true); h.OnAdd(namespace("b", "acme"), true) },
-			state{Changed: []string{"a", "b"}, Acme: []string{"a", "b"}, Globex: []string{}, OfA: "acme"}},
-		{"add unlabelled", func() { h.OnAdd(namespace("team-a", ""), true) },
-			state{Acme: []string{"a", "b"}, Globex: []string{}, OfA: "acme"}},
-		{"unrelated update", func() { h.OnUpdate(namespace("a", "acme"), namespace("a", "acme")) },
-			state{Acme: []string{"a", "b"}, Globex: []string{}, OfA: "acme"}},
-		{"relabel", func() { h.OnUpdate(namespace("a", "acme"), namespace("a", "globex")) },
-			state{Changed: []string{"a"}, Acme: []string{"b"}, Globex: []string{"a"}, OfA: "globex"}},
-		{"unlabel", func() { h.OnUpdate(namespace("a", "globex"), namespace("a", "")) },
-			state{Changed: []string{"a"}, Acme: []string{"b"}, Globex: []string{}}},
-		{"label", func() { h.OnUpdate(namespace("team-a", ""), namespace("team-a", "globex")) },
-			state{Changed: []string{"team-a"}, Acme: []string{"b"}, Globex: []string{"team-a"}}},
-		{"delete with a tombstone", func() {
-			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "b", Obj: namespace("b", "acme")})
-		}, state{Changed: []string{"b"}, Acme: []string{}, Globex: []string{"team-a"}}},
-		{"delete unlabelled", func() { h.OnDelete(namespace("a", "")) },
-			state{Acme: []string{}, Globex: []string{"team-a"}}},
+		"add labelled":     {func(h toolscache.ResourceEventHandler) { h.OnAdd(namespace("a", "acme"), true) }, []string{"a"}},
+		"add unlabelled":   {func(h toolscache.ResourceEventHandler) { h.OnAdd(namespace("a", ""), true) }, nil},
+		"unrelated update": {func(h toolscache.ResourceEventHandler) { h.OnUpdate(namespace("a", "acme"), namespace("a", "acme")) }, nil},
+		"relabel":          {func(h toolscache.ResourceEventHandler) { h.OnUpdate(namespace("a", "acme"), namespace("a", "globex")) }, []string{"a"}},
+		"unlabel":          {func(h toolscache.ResourceEventHandler) { h.OnUpdate(namespace("a", "acme"), namespace("a", "")) }, []string{"a"}},
+		"label":            {func(h toolscache.ResourceEventHandler) { h.OnUpdate(namespace("a", ""), namespace("a", "acme")) }, []string{"a"}},
+		"delete labelled":  {func(h toolscache.ResourceEventHandler) { h.OnDelete(namespace("a", "acme")) }, []string{"a"}},
+		"delete with a tombstone": {func(h toolscache.ResourceEventHandler) {
+			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "a", Obj: namespace("a", "acme")})
+		}, []string{"a"}},
+		"delete unlabelled": {func(h toolscache.ResourceEventHandler) { h.OnDelete(namespace("a", "")) }, nil},
+		"another type":      {func(h toolscache.ResourceEventHandler) { h.OnAdd(&corev1.Pod{}, false) }, nil},
 	}
-	for _, s := range steps {
-		s.event()
-		if diff := cmp.Diff(s.want, snapshot()); diff != "" {
-			t.Errorf("after %s: mismatch (-want +got):\n%s", s.name, diff)
-		}
-	}
-	if got := m.SystemNamespace(); got != "lease-system" {
-		t.Errorf("SystemNamespace() = %q", got)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			tc.event(changeHandler(func(ns string) { got = append(got, ns) }))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("notified namespaces mismatch (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
