@@ -25,8 +25,6 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/controller"
-	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/inject"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -57,10 +55,12 @@ type managerFlags struct {
 	agentPort       int
 	webhookPort     int
 	webhookCertDir  string
+	tenancy         tenancyFlags
 }
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
+	f.tenancy.bind(fs, false)
 	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv("LEASE_ADMIN_SECRET"),
 		"Bearer secret of the operator API /internal/lease/admin/... (env LEASE_ADMIN_SECRET); empty disables it.")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -130,11 +130,11 @@ func runManager(args []string) error {
 		log.Error(err, "Creating the store's indexes failed; continuing")
 	}
 
-	resolver, err := newResolver(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
+	resolver, tenants, err := newTenantResolver(ctx, mgr, f.store.defaultsDir, f.tenancy, namespaces)
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver); err != nil {
+	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver, tenants); err != nil {
 		return err
 	}
 
@@ -179,6 +179,9 @@ func runManager(args []string) error {
 
 	if f.agentImage != "" {
 		cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
+		if cfg.Tenancy, err = agentTenancy(f.tenancy, namespaces, f.store.defaultsDir); err != nil {
+			return err
+		}
 		if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 			return fmt.Errorf("setting up the injection webhook: %w", err)
 		}
@@ -213,23 +216,6 @@ func metricsOptions(addr string, secure bool) metricsserver.Options {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-
-// newResolver loads the built-in definitions (compiled in, extended from dir) and returns the
-// merged-definition resolver over source.
-func newResolver(dir string, source definition.LayerSource) (*definition.Resolver, error) {
-	var fsys = os.DirFS(dir)
-	if dir == "" {
-		fsys = nil
-	}
-	builtins, err := definition.LoadBuiltins(fsys)
-	if err != nil {
-		return nil, fmt.Errorf("loading built-in definitions: %w", err)
-	}
-	for _, p := range builtins.Problems() {
-		ctrl.Log.WithName("setup").Error(p, "Broken built-in definition: its lease is unavailable")
-	}
-	return definition.NewResolver(builtins, source), nil
-}
 
 func splitList(s string) []string {
 	var out []string

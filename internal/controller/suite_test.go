@@ -26,6 +26,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 )
 
@@ -39,7 +40,11 @@ levels:
 ttlSeconds: 60
 `
 
+// systemNS is the suite's system namespace: the only one whose system-layer documents count.
+const systemNS = "lease-system"
+
 var (
+	tenants   *tenancy.Informed
 	assetsDir string
 	testEnv   *envtest.Environment
 	k8sClient client.Client
@@ -86,14 +91,18 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 
+	Expect(k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNS}})).To(Succeed())
+
 	builtins, err := definition.LoadBuiltins(fstest.MapFS{"suitebuiltin.yaml": {Data: []byte(suiteBuiltin)}})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(builtins.Problems()).To(BeEmpty())
 	// The same wiring as cmd/manager.
-	resolver = definition.NewResolver(builtins, k8ssource.New(mgr.GetCache()))
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel
-	Expect(controller.SetupLeaseDefinitions(ctx, mgr, resolver)).To(Succeed())
+	tenants, err = tenancy.NewInformed(ctx, mgr.GetCache(), systemNS)
+	Expect(err).NotTo(HaveOccurred())
+	resolver = definition.NewResolver(builtins, k8ssource.New(mgr.GetCache(), tenants))
+	Expect(controller.SetupLeaseDefinitions(ctx, mgr, resolver, tenants)).To(Succeed())
 
 	mgrDone = make(chan struct{})
 	go func() {
@@ -115,7 +124,17 @@ var _ = AfterSuite(func() {
 
 // freshNamespace creates a namespace for one spec and deletes it afterwards.
 func freshNamespace(ctx context.Context) string {
+	return tenantNamespace(ctx, "")
+}
+
+// tenantNamespace creates a namespace of tenant (labelled tenancy.TenantLabel; none for "")
+// for one spec and deletes it afterwards.
+func tenantNamespace(ctx context.Context, tenant string) string {
+	GinkgoHelper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ldef-"}}
+	if tenant != "" {
+		ns.Labels = map[string]string{tenancy.TenantLabel: tenant}
+	}
 	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
 	DeferCleanup(func(ctx SpecContext) {
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, ns))).To(Succeed())

@@ -72,7 +72,22 @@ const (
 	// EnvManagerURL tells the agent where the manager's API is: its lazy idle sweep asks the
 	// manager, which dispatches the reaped holders through the full matrix.
 	EnvManagerURL = "LEASE_MANAGER_URL"
+	// EnvSystemNamespace, EnvNamespaces and EnvBuiltinConfigMap carry the manager's
+	// Tenancy to the agent (its --system-namespace, --namespaces and --builtin-configmap).
+	EnvSystemNamespace  = "LEASE_SYSTEM_NAMESPACE"
+	EnvNamespaces       = "LEASE_NAMESPACES"
+	EnvBuiltinConfigMap = "LEASE_BUILTIN_CONFIGMAP"
 )
+
+// Tenancy is what an agent must share with the manager to resolve exactly the definitions
+// the manager resolves (docs/tenancy.md): the system namespace, the namespaces whose
+// LeaseDefinitions count (empty: all) and the ConfigMap of the built-in layer (empty: only the
+// compiled-in documents).
+type Tenancy struct {
+	SystemNamespace  string
+	Namespaces       []string
+	BuiltinConfigMap string
+}
 
 // AgentURL is the value of LEASE_AGENT_URL: the API port on loopback.
 const AgentURL = "http://127.0.0.1:8090"
@@ -104,6 +119,9 @@ type Config struct {
 	ManagerURL string
 	// Resources of the agent container; zero means DefaultAgentResources.
 	Resources corev1.ResourceRequirements
+	// Tenancy is the manager's; the agent gets it as environment variables. Its
+	// SystemNamespace is required.
+	Tenancy Tenancy
 }
 
 // DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.
@@ -138,6 +156,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Image == "" {
 		errs = append(errs, errors.New("agent image is required"))
+	}
+	if c.Tenancy.SystemNamespace == "" {
+		errs = append(errs, errors.New("the system namespace is required: agents must resolve what the manager resolves"))
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(c.StoreSecret) {
 		errs = append(errs, fmt.Errorf("store secret %q: %s", c.StoreSecret, msg))

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -184,12 +185,23 @@ func agentContainer(cfg Config, storeSecret string) corev1.Container {
 			Key:                  StoreSecretKey,
 		}}},
 	}
+	// The manager's tenancy, so that the agent resolves what the manager resolves. The
+	// built-in layer lives in a ConfigMap of the system namespace, which a pod elsewhere
+	// cannot mount: the agent reads it through the API (config/rbac/agent_role.yaml).
+	env = append(env, corev1.EnvVar{Name: EnvSystemNamespace, Value: cfg.Tenancy.SystemNamespace})
+	if len(cfg.Tenancy.Namespaces) > 0 {
+		env = append(env, corev1.EnvVar{Name: EnvNamespaces, Value: strings.Join(cfg.Tenancy.Namespaces, ",")})
+	}
+	if cfg.Tenancy.BuiltinConfigMap != "" {
+		env = append(env, corev1.EnvVar{Name: EnvBuiltinConfigMap, Value: cfg.Tenancy.BuiltinConfigMap})
+	}
 	if cfg.StoreDatabase != "" {
 		env = append(env, corev1.EnvVar{Name: EnvMongoDatabase, Value: cfg.StoreDatabase})
 	}
 	if cfg.ManagerURL != "" {
 		env = append(env, corev1.EnvVar{Name: EnvManagerURL, Value: cfg.ManagerURL})
 	}
+
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{

@@ -83,7 +83,7 @@ var _ = BeforeSuite(func() {
 		}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage})).To(Succeed())
+	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage, Tenancy: inject.Tenancy{SystemNamespace: "lease-system"}})).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel
