@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -371,12 +372,28 @@ var _ = Describe("LeaseDefinition", func() {
 			files = append(files, e.Name())
 			data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 			Expect(err).NotTo(HaveOccurred())
+			if e.Name() == "namespaces.yaml" {
+				// The samples' own namespaces: the system namespace and acme's.
+				for _, doc := range strings.Split(string(data), "\n---\n") {
+					var ns corev1.Namespace
+					Expect(yaml.UnmarshalStrict([]byte(doc), &ns)).To(Succeed(), "sample %s", e.Name())
+					Expect(ns.Kind).To(Equal("Namespace"))
+					if err := k8sClient.Create(ctx, &ns); !apierrors.IsAlreadyExists(err) {
+						Expect(err).NotTo(HaveOccurred())
+					}
+				}
+				continue
+			}
 			var ld leasev1alpha1.LeaseDefinition
 			Expect(yaml.UnmarshalStrict(data, &ld)).To(Succeed(), "sample %s", e.Name())
 			Expect(ld.APIVersion).To(Equal(leasev1alpha1.GroupVersion.String()), "sample %s", e.Name())
 			Expect(ld.Kind).To(Equal("LeaseDefinition"), "sample %s", e.Name())
-			ld.Namespace = home(ld.Spec.Tenant)
-			created = append(created, create(ctx, &ld))
+			Expect(ld.Namespace).NotTo(BeEmpty(), "sample %s names the namespace that owns its layer", e.Name())
+			created = append(created, ld.DeepCopy())
+		}
+		// Namespaces first, as kubectl apply -k orders them.
+		for i, ld := range created {
+			created[i] = create(ctx, ld)
 		}
 		slices.Sort(kust.Resources)
 		Expect(kust.Resources).To(Equal(files), "config/samples/kustomization.yaml lists every sample")
