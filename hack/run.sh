@@ -55,7 +55,7 @@ cat <<TXT
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
 run: the operator's view, in another shell:
-     export MONGODB_URI=$MONGODB_URI LEASE_MANAGER_URL=http://$api LEASE_ADMIN_SECRET=$LEASE_ADMIN_SECRET KUBECONFIG=${KUBECONFIG}
+     export MONGODB_URI=$MONGODB_URI LEASE_MANAGER_URL=http://$api LEASE_ADMIN_SECRET=$LEASE_ADMIN_SECRET KUBECONFIG=${KUBECONFIG} LEASE_SYSTEM_NAMESPACE=$system_ns
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \

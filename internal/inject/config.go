@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // Annotations and labels on workload pods.
@@ -74,7 +76,7 @@ const (
 	EnvManagerURL = "LEASE_MANAGER_URL"
 	// EnvSystemNamespace, EnvNamespaces and EnvBuiltinConfigMap carry the manager's
 	// Tenancy to the agent (its --system-namespace, --namespaces and --builtin-configmap).
-	EnvSystemNamespace  = "LEASE_SYSTEM_NAMESPACE"
+	EnvSystemNamespace  = tenancy.EnvSystemNamespace
 	EnvNamespaces       = "LEASE_NAMESPACES"
 	EnvBuiltinConfigMap = "LEASE_BUILTIN_CONFIGMAP"
 )

@@ -15,6 +15,10 @@ import (
 // administrators should be able to set it (docs/tenancy.md says how to restrict that).
 const TenantLabel = "lease.vancetope.io/tenant"
 
+// EnvSystemNamespace names the system namespace in the environment of the agent (set by the
+// injection webhook) and of kubectl lease.
+const EnvSystemNamespace = "LEASE_SYSTEM_NAMESPACE"
+
 // Map answers which tenant a namespace belongs to.
 type Map interface {
 	// SystemNamespace is the namespace of the system layer and the global view.
