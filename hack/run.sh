@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # `make run`: the manager on the embedded defaults. Starts the development MongoDB server
 # (hack/mongodev) and, unless KUBECONFIG names a cluster, a local control plane (envtest's
-# kube-apiserver and etcd, built once by hack/envtest-bins.sh) with the CRDs and the sample
-# LeaseDefinitions; then runs the manager in the foreground. Ctrl-C stops everything.
+# kube-apiserver and etcd, built once by hack/envtest-bins.sh) with the CRDs, the sample
+# LeaseDefinitions (system layer in lease-system, acme's layers in the namespace acme) and the
+# tenancy admission policy (config/policy); then runs the manager in the foreground, with
+# lease-system as its system namespace. Ctrl-C stops everything.
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
 # that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
-# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret).
+# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), SYSTEM_NAMESPACE
+# (default lease-system; docs/tenancy.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
 api=${API_ADDR:-127.0.0.1:8082}
+system_ns=${SYSTEM_NAMESPACE:-lease-system}
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
@@ -38,11 +42,11 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh)
   export KUBEBUILDER_ASSETS
   go build -o "$bin/devcluster" ./hack/devcluster
-  "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples >"$logs/devcluster.log" 2>&1 &
+  "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples,config/policy >"$logs/devcluster.log" 2>&1 &
   pids+=($!)
   wait_for "$logs/devcluster.log" "devcluster ready" 120 "${pids[-1]}"
   export KUBECONFIG=$bin/dev.kubeconfig
-  echo "run: local control plane, KUBECONFIG=$KUBECONFIG (samples from config/samples applied)"
+  echo "run: local control plane, KUBECONFIG=$KUBECONFIG (config/samples and config/policy applied)"
 fi
 
 # A development secret for the operator API, so that kubectl lease can revoke and sweep.
@@ -51,10 +55,10 @@ cat <<TXT
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
 run: the operator's view, in another shell:
-     export MONGODB_URI=$MONGODB_URI LEASE_MANAGER_URL=http://$api LEASE_ADMIN_SECRET=$LEASE_ADMIN_SECRET KUBECONFIG=${KUBECONFIG}
+     export MONGODB_URI=$MONGODB_URI LEASE_MANAGER_URL=http://$api LEASE_ADMIN_SECRET=$LEASE_ADMIN_SECRET KUBECONFIG=${KUBECONFIG} LEASE_SYSTEM_NAMESPACE=$system_ns
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
-  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --zap-devel "$@" &
+  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel "$@" &
 pids+=($!)
 wait "${pids[-1]}"

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,8 +36,8 @@ type agentFlags struct {
 	store        storeFlags
 	apiAddr      string
 	internalAddr string
-	namespace    string
 	managerURL   string
+	tenancy      tenancyFlags
 }
 
 func (f *agentFlags) bind(fs *flag.FlagSet) {
@@ -47,8 +48,7 @@ func (f *agentFlags) bind(fs *flag.FlagSet) {
 		"Address of the endpoint that receives revocations forwarded by other pods.")
 	fs.StringVar(&f.managerURL, "manager-url", os.Getenv(settings.EnvManagerURL),
 		"URL of the manager's admission Service (env LEASE_MANAGER_URL): the lazy idle sweep runs there, so reaped holders get the full dispatch matrix; empty sweeps here.")
-	fs.StringVar(&f.namespace, "definitions-namespace", os.Getenv(settings.EnvDefinitionsNamespace),
-		"Namespace of the LeaseDefinitions (env LEASE_DEFINITIONS_NAMESPACE); empty watches all.")
+	f.tenancy.bind(fs, true)
 }
 
 // runAgent runs the lease agent: the admission library for the pod's own containers on
@@ -70,9 +70,14 @@ func runAgent(args []string) error {
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(leasev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(corev1.AddToScheme(scheme)) // Namespaces (tenancy) and the built-in ConfigMap
 	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&leasev1alpha1.LeaseDefinition{}: {}}}
-	if f.namespace != "" {
-		copts.DefaultNamespaces = map[string]cache.Config{f.namespace: {}}
+	namespaces := splitList(f.tenancy.namespaces)
+	if len(namespaces) > 0 {
+		copts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			copts.DefaultNamespaces[ns] = cache.Config{}
+		}
 	}
 	// A manager only to run the definitions cache, the servers and the probes; the agent
 	// runs no controller and needs no leader.
@@ -88,13 +93,14 @@ func runAgent(args []string) error {
 	if err := k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	resolver, err := setupDefinitions(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
+	resolver, tenants, err := newTenantResolver(ctx, mgr, f.store.defaultsDir, f.tenancy, namespaces)
 	if err != nil {
 		return err
 	}
 	if err := k8ssource.RegisterInvalidation(ctx, mgr.GetCache(), resolver); err != nil {
 		return err
 	}
+	k8ssource.RegisterTenancyInvalidation(tenants, resolver)
 	store, closeStore, err := setupStore(f.store)
 	if err != nil {
 		return err

@@ -23,7 +23,6 @@ import (
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/inject"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -56,10 +55,12 @@ type managerFlags struct {
 	agentPort       int
 	webhookPort     int
 	webhookCertDir  string
+	tenancy         tenancyFlags
 }
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
+	f.tenancy.bind(fs, false)
 	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv(settings.EnvAdminSecret),
 		"Bearer secret of the operator API /internal/lease/admin/... (env LEASE_ADMIN_SECRET); empty disables it.")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -107,11 +108,11 @@ func runManager(args []string) error {
 		// answers; the indexes are created by the next start.
 		ctrl.Log.WithName("setup").Error(err, "Creating the store's indexes failed; continuing")
 	}
-	resolver, err := setupDefinitions(f.store.defaultsDir, k8ssource.New(mgr.GetCache()))
+	resolver, tenants, err := newTenantResolver(ctx, mgr, f.store.defaultsDir, f.tenancy, splitList(f.namespaces))
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver); err != nil {
+	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver, tenants); err != nil {
 		return err
 	}
 	rev, err := setupRevocation(mgr, f, store)
@@ -239,6 +240,10 @@ func setupWebhooks(mgr ctrl.Manager, f managerFlags) error {
 	}
 	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL,
 		AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.secret, ns) }}
+	var err error
+	if cfg.Tenancy, err = agentTenancy(f.tenancy, splitList(f.namespaces), f.store.defaultsDir); err != nil {
+		return err
+	}
 	if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
 	}

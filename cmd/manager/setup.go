@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/agentlink"
-	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
@@ -39,23 +36,6 @@ func setupStore(f storeFlags, opts ...leasestore.Option) (*leasestore.Store, fun
 		return nil, nil, err
 	}
 	return store, func() { _ = store.Close(context.Background()) }, nil
-}
-
-// setupDefinitions loads the built-in definitions (compiled in, extended from dir) and returns
-// the merged-definition resolver over source.
-func setupDefinitions(dir string, source definition.LayerSource) (*definition.Resolver, error) {
-	var fsys = os.DirFS(dir)
-	if dir == "" {
-		fsys = nil
-	}
-	builtins, err := definition.LoadBuiltins(fsys)
-	if err != nil {
-		return nil, fmt.Errorf("loading built-in definitions: %w", err)
-	}
-	for _, p := range builtins.Problems() {
-		ctrl.Log.WithName("setup").Error(p, "Broken built-in definition: its lease is unavailable")
-	}
-	return definition.NewResolver(builtins, source), nil
 }
 
 // routeHandlers are the HTTP handlers a process serves; a nil handler is not routed.

@@ -9,6 +9,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,7 +39,7 @@ func main() {
 func run() error {
 	kubeconfig := flag.String("write-kubeconfig", "bin/dev.kubeconfig", "where to write the admin kubeconfig")
 	crds := flag.String("crds", filepath.Join("config", "crd", "bases"), "directory of CRD manifests to install")
-	apply := flag.String("apply", "", "directory of manifests to create once the control plane is up (e.g. config/samples)")
+	apply := flag.String("apply", "", "comma-separated directories of manifests to create once the control plane is up, in order (e.g. config/policy,config/samples)")
 	flag.Parse()
 
 	env := &envtest.Environment{CRDDirectoryPaths: []string{*crds}, ErrorIfCRDPathMissing: true}
@@ -57,8 +60,11 @@ func run() error {
 	if err := os.WriteFile(*kubeconfig, data, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", *kubeconfig, err)
 	}
-	if *apply != "" {
-		if err := applyDir(cfg, *apply); err != nil {
+	for _, dir := range strings.Split(*apply, ",") {
+		if dir = strings.TrimSpace(dir); dir == "" {
+			continue
+		}
+		if err := applyDir(cfg, dir); err != nil {
 			return err
 		}
 	}
@@ -71,7 +77,7 @@ func run() error {
 }
 
 // applyDir creates every object of the YAML files in dir (kustomization files are skipped),
-// in the default namespace unless an object names its own.
+// Namespaces first; a namespaced object goes to the default namespace unless it names its own.
 func applyDir(cfg *rest.Config, dir string) error {
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
@@ -81,6 +87,7 @@ func applyDir(cfg *rest.Config, dir string) error {
 	if err != nil {
 		return err
 	}
+	var objs []*unstructured.Unstructured
 	for _, file := range files {
 		if filepath.Base(file) == "kustomization.yaml" {
 			continue
@@ -101,13 +108,31 @@ func applyDir(cfg *rest.Config, dir string) error {
 			if len(u.Object) == 0 {
 				continue
 			}
-			if u.GetNamespace() == "" {
-				u.SetNamespace("default")
-			}
-			if err := c.Create(context.Background(), &u); err != nil {
-				return fmt.Errorf("creating %s from %s: %w", u.GetName(), file, err)
-			}
+			objs = append(objs, &u)
+		}
+	}
+	// Namespaces before what lives in them.
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return cmp.Compare(rank(a), rank(b))
+	})
+	for _, u := range objs {
+		namespaced, err := c.IsObjectNamespaced(u)
+		if err != nil {
+			return fmt.Errorf("mapping %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+		if namespaced && u.GetNamespace() == "" {
+			u.SetNamespace("default")
+		}
+		if err := c.Create(context.Background(), u); err != nil {
+			return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), dir, err)
 		}
 	}
 	return nil
+}
+
+func rank(u *unstructured.Unstructured) int {
+	if u.GetKind() == "Namespace" {
+		return 0
+	}
+	return 1
 }

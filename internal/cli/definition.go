@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,15 +22,20 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/settings"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // ClusterSource is a definition.LayerSource over a direct (uncached) client: it lists the
 // LeaseDefinitions once, on first use, and filters them in memory. k8ssource.Source needs the
 // manager cache's field index, which a direct client does not have. One ClusterSource serves one
-// command: the merge then sees one consistent list, and nothing outlives the command.
+// command: the merge then sees one consistent list, and nothing outlives the command. Like the
+// manager's source it keeps only the documents whose namespace owns their layer
+// (docs/tenancy.md).
 type ClusterSource struct {
 	reader    client.Reader
 	namespace string
+	tenants   tenancy.Map
 
 	once  sync.Once
 	items []leasev1alpha1.LeaseDefinition
@@ -41,9 +47,24 @@ var (
 	_ definition.LayerSource = (*recordingSource)(nil)
 )
 
-// NewClusterSource returns a source over reader, listing in namespace ("" for all).
-func NewClusterSource(reader client.Reader, namespace string) *ClusterSource {
-	return &ClusterSource{reader: reader, namespace: namespace}
+// NewClusterSource returns a source over reader, listing in namespace ("" for all), that
+// decides with tenants which namespace may hold which layer.
+func NewClusterSource(reader client.Reader, namespace string, tenants tenancy.Map) *ClusterSource {
+	return &ClusterSource{reader: reader, namespace: namespace, tenants: tenants}
+}
+
+// ClusterTenants reads the tenant namespaces of the cluster once: a tenancy.Static with system
+// as the system namespace.
+func ClusterTenants(ctx context.Context, reader client.Reader, system string) (tenancy.Static, error) {
+	var list corev1.NamespaceList
+	if err := reader.List(ctx, &list, client.HasLabels{tenancy.TenantLabel}); err != nil {
+		return tenancy.Static{}, fmt.Errorf("listing the tenant namespaces (labelled %s): %w", tenancy.TenantLabel, err)
+	}
+	m := tenancy.Static{System: system, Tenants: map[string]string{}}
+	for _, ns := range list.Items {
+		m.Tenants[ns.Name] = ns.Labels[tenancy.TenantLabel]
+	}
+	return m, nil
 }
 
 // Layers returns the documents stored under key, sorted by source.
@@ -65,6 +86,9 @@ func (s *ClusterSource) Layers(ctx context.Context, key definition.LayerKey) ([]
 	}
 	var out []definition.Layer
 	for i := range s.items {
+		if _, _, ok := k8ssource.Permitted(&s.items[i], s.tenants); !ok {
+			continue
+		}
 		if k8ssource.KeyOf(&s.items[i]) == key {
 			out = append(out, k8ssource.LayerFrom(&s.items[i]))
 		}
@@ -308,6 +332,9 @@ func (k *kubeFlags) client() (client.Client, string, error) {
 	if err := leasev1alpha1.AddToScheme(scheme); err != nil {
 		return nil, "", fmt.Errorf("building the scheme: %w", err)
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, "", fmt.Errorf("building the scheme: %w", err)
+	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", fmt.Errorf("creating the cluster client for %s: %w", cfg.Host, err)
@@ -319,6 +346,7 @@ func newDefinitionCommand(o *options) *cobra.Command {
 	var (
 		tenant, project string
 		namespace       string
+		systemNamespace string
 		defaultsDir     string
 		kube            kubeFlags
 		out             outputFlag
@@ -334,7 +362,9 @@ layer it came from, the documents found, and the fields a layer set but does not
 --project defaults to _tenant, the tenant-wide scope; --tenant _vance with --project _tenant is
 the system scope. If the manager runs with --defaults-dir, pass the same directory, otherwise the
 built-in layer here is the compiled-in one only. If the manager watches only some namespaces
-(--namespaces), restrict to them with --definitions-namespace.`,
+(--namespaces), restrict to them with --definitions-namespace. Documents outside the namespace
+that owns their layer count for nothing, as in the manager: pass the manager's
+--system-namespace (docs/tenancy.md).`,
 		Example: `  kubectl lease definition tex --tenant acme --project website
   kubectl lease definition browser --tenant acme -o json`,
 		Args: cobra.ExactArgs(1),
@@ -367,7 +397,11 @@ built-in layer here is the compiled-in one only. If the manager watches only som
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			ex, err := Explain(ctx, builtins, NewClusterSource(kc, namespace), tenant, project, name)
+			tenants, err := ClusterTenants(ctx, kc, systemNamespace)
+			if err != nil {
+				return err
+			}
+			ex, err := Explain(ctx, builtins, NewClusterSource(kc, namespace, tenants), tenant, project, name)
 			if err != nil {
 				return explainError(err, name, tenant, project, host)
 			}
@@ -380,6 +414,8 @@ built-in layer here is the compiled-in one only. If the manager watches only som
 	c.Flags().StringVar(&tenant, "tenant", "", "tenant of the acquisition (required; _vance for the system scope)")
 	c.Flags().StringVar(&project, "project", definition.TenantProject, "project of the acquisition (_tenant: the tenant-wide scope)")
 	c.Flags().StringVar(&namespace, "definitions-namespace", "", "read LeaseDefinitions only from this namespace (default: all, as the manager does)")
+	c.Flags().StringVar(&systemNamespace, "system-namespace", o.env(settings.EnvSystemNamespace, "lease-system"),
+		"the manager's system namespace, the only one whose system-layer documents count (env "+settings.EnvSystemNamespace+")")
 	c.Flags().StringVar(&defaultsDir, "defaults-dir", "", "directory of extra built-in definitions <name>.yaml, as the manager's --defaults-dir")
 	kube.bind(c)
 	out.bind(c)

@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -20,6 +21,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/cli"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/envtestbin"
 )
 
@@ -250,30 +252,53 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 	if err := leasev1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
+	// The system namespace (kubectl lease's default, as under make run) and tenant namespaces.
+	for name, tenant := range map[string]string{"lease-system": "", "acme": "acme", "acme-2": "acme", "globex": "globex"} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if tenant != "" {
+			ns.Labels = map[string]string{tenancy.TenantLabel: tenant}
+		}
+		if err := k8s.Create(ctx, ns); err != nil {
+			t.Fatalf("creating namespace %s: %v", name, err)
+		}
+	}
 	for _, ld := range []*leasev1alpha1.LeaseDefinition{
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: "tex-system", Namespace: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: "tex-system", Namespace: "lease-system"},
 			Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "_vance", Project: "_tenant",
 				Levels: &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](8)}},
 		},
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: "tex-acme", Namespace: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: "tex-acme", Namespace: "acme"},
 			Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "acme", Project: "_tenant",
 				Levels: &leasev1alpha1.LeaseLevels{Tenant: ptr.To[int32](2), Global: ptr.To[int32](50)}},
 		},
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: "tex-website", Namespace: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: "tex-website", Namespace: "acme"},
 			Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "acme", Project: "website",
 				Levels: &leasev1alpha1.LeaseLevels{Project: ptr.To[int32](2)}, TTLSeconds: ptr.To[int32](300)},
 		},
 		{ // another tenant's document must not leak into acme's merge
-			ObjectMeta: metav1.ObjectMeta{Name: "tex-globex", Namespace: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: "tex-globex", Namespace: "globex"},
 			Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "globex", Project: "_tenant",
+				Levels: &leasev1alpha1.LeaseLevels{Tenant: ptr.To[int32](1)}},
+		},
+		{ // documents in namespaces that do not own their layer count for nothing, as in the manager
+			ObjectMeta: metav1.ObjectMeta{Name: "tex-system", Namespace: "default"},
+			Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "_vance", Project: "_tenant",
+				Levels: &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](1)}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "tex-acme", Namespace: "globex"},
+			Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "acme", Project: "_tenant",
 				Levels: &leasev1alpha1.LeaseLevels{Tenant: ptr.To[int32](1)}},
 		},
 	} {
@@ -316,23 +341,23 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 		TTLSeconds: 300, WaitMs: 10000,
 		Origin: map[string]string{
 			"resource":       "default",
-			"levels.global":  "system: LeaseDefinition default/tex-system",
-			"levels.tenant":  "tenant: LeaseDefinition default/tex-acme",
-			"levels.project": "project: LeaseDefinition default/tex-website",
+			"levels.global":  "system: LeaseDefinition lease-system/tex-system",
+			"levels.tenant":  "tenant: LeaseDefinition acme/tex-acme",
+			"levels.project": "project: LeaseDefinition acme/tex-website",
 			"levels.user":    "default",
-			"ttlSeconds":     "project: LeaseDefinition default/tex-website",
+			"ttlSeconds":     "project: LeaseDefinition acme/tex-website",
 			"waitMs":         "builtin: built-in tex.yaml",
 		},
 		Layers: []struct{ Kind, Source string }{
 			{"builtin", "built-in tex.yaml"},
-			{"system", "LeaseDefinition default/tex-system"},
-			{"tenant", "LeaseDefinition default/tex-acme"},
-			{"project", "LeaseDefinition default/tex-website"},
+			{"system", "LeaseDefinition lease-system/tex-system"},
+			{"tenant", "LeaseDefinition acme/tex-acme"},
+			{"project", "LeaseDefinition acme/tex-website"},
 		},
 		Ignored: []struct {
 			Kind, Source string
 			Fields       []string
-		}{{"tenant", "LeaseDefinition default/tex-acme", []string{"levels.global"}}},
+		}{{"tenant", "LeaseDefinition acme/tex-acme", []string{"levels.global"}}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("definition -o json (-want +got):\n%s", diff)
@@ -340,7 +365,7 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 
 	// The table names the layers; a namespace without documents leaves only the built-in.
 	r = mustRun(t, nil, "definition", "tex", "--tenant", "acme", "--project", "website", "--kubeconfig", path)
-	if !strings.Contains(r.stdout, "levels.tenant    2       tenant: LeaseDefinition default/tex-acme") {
+	if !strings.Contains(r.stdout, "levels.tenant    2       tenant: LeaseDefinition acme/tex-acme") {
 		t.Errorf("definition table:\n%s", r.stdout)
 	}
 	r = mustRun(t, nil, "definition", "tex", "--tenant", "acme", "--project", "website", "--kubeconfig", path,
@@ -351,14 +376,14 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 
 	// A conflict fails closed, with what that means for acquisitions.
 	dup := &leasev1alpha1.LeaseDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "tex-acme-dup", Namespace: "kube-public"},
+		ObjectMeta: metav1.ObjectMeta{Name: "tex-acme-dup", Namespace: "acme-2"},
 		Spec:       leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "acme", Project: "_tenant"},
 	}
 	if err := k8s.Create(ctx, dup); err != nil {
 		t.Fatal(err)
 	}
 	mustFail(t, nil, []string{"definition", "tex", "--tenant", "acme", "--project", "website", "--kubeconfig", path},
-		"conflicting lease definitions", "LeaseDefinition default/tex-acme, LeaseDefinition kube-public/tex-acme-dup",
+		"conflicting lease definitions", "LeaseDefinition acme-2/tex-acme-dup, LeaseDefinition acme/tex-acme",
 		"answer LEASE_UNAVAILABLE until this is fixed")
 
 	mustFail(t, nil, []string{"definition", "tex", "--kubeconfig", path}, "--tenant is required")

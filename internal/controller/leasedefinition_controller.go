@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -20,6 +22,7 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // Explainer merges the definition of a lease in a scope without caching;
@@ -33,34 +36,38 @@ var _ Explainer = (*definition.Resolver)(nil)
 // LeaseDefinitionReconciler writes the status of LeaseDefinition objects: whether the object
 // is valid and alone at its key, which of its fields its layer ignores, and the merged
 // definition at its scope. It decides nothing itself (see definition.CheckLayer and
-// definition.Merge) and never touches the resolver's cache: that is invalidated from the
+// definition.Merge; tenancy.Permits for whether its namespace may hold its layer) and never touches the resolver's cache: that is invalidated from the
 // informer on every replica (k8ssource.RegisterInvalidation), while this controller runs on
 // the leader only, so that one writer owns the status.
 type LeaseDefinitionReconciler struct {
 	client    client.Client
 	layers    definition.LayerSource
 	explainer Explainer
+	tenants   tenancy.Map
 	clock     clock.PassiveClock
 }
 
 // NewLeaseDefinitionReconciler returns a reconciler that reads objects and writes status
-// through c, reads the documents at an object's key from layers and merges with explainer.
-func NewLeaseDefinitionReconciler(c client.Client, layers definition.LayerSource, explainer Explainer, clk clock.PassiveClock) *LeaseDefinitionReconciler {
-	return &LeaseDefinitionReconciler{client: c, layers: layers, explainer: explainer, clock: clk}
+// through c, reads the documents at an object's key from layers, merges with explainer and
+// decides with tenants whether an object's namespace may hold its layer.
+func NewLeaseDefinitionReconciler(c client.Client, layers definition.LayerSource, explainer Explainer, tenants tenancy.Map, clk clock.PassiveClock) *LeaseDefinitionReconciler {
+	return &LeaseDefinitionReconciler{client: c, layers: layers, explainer: explainer, tenants: tenants, clock: clk}
 }
 
 // SetupLeaseDefinitions wires lease definitions into mgr: the field indexes, the resolver's
-// cache invalidation (an informer handler, active on every replica) and the status
-// controller (leader only). Call it before mgr.Start; resolver must read from mgr's cache
-// (k8ssource.New(mgr.GetCache())).
-func SetupLeaseDefinitions(ctx context.Context, mgr ctrl.Manager, resolver *definition.Resolver) error {
+// cache invalidation (informer handlers on LeaseDefinitions and on namespace relabels, active
+// on every replica) and the status controller (leader only). Call it before mgr.Start;
+// resolver must read from mgr's cache (k8ssource.New(mgr.GetCache(), tenants)), and tenants
+// must follow mgr's cache (tenancy.NewInformed(ctx, mgr.GetCache(), ...)).
+func SetupLeaseDefinitions(ctx context.Context, mgr ctrl.Manager, resolver *definition.Resolver, tenants *tenancy.Informed) error {
 	if err := k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	if err := k8ssource.RegisterInvalidation(ctx, mgr.GetCache(), resolver); err != nil {
 		return err
 	}
-	r := NewLeaseDefinitionReconciler(mgr.GetClient(), k8ssource.New(mgr.GetCache()), resolver, clock.RealClock{})
+	k8ssource.RegisterTenancyInvalidation(tenants, resolver)
+	r := NewLeaseDefinitionReconciler(mgr.GetClient(), k8ssource.New(mgr.GetCache(), tenants), resolver, tenants, clock.RealClock{})
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the LeaseDefinition controller: %w", err)
 	}
@@ -69,6 +76,7 @@ func SetupLeaseDefinitions(ctx context.Context, mgr ctrl.Manager, resolver *defi
 
 // +kubebuilder:rbac:groups=lease.vancetope.io,resources=leasedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=lease.vancetope.io,resources=leasedefinitions/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Reconcile computes and writes the status of one LeaseDefinition.
 func (r *LeaseDefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -77,13 +85,21 @@ func (r *LeaseDefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	key := k8ssource.KeyOf(&ld)
+	// Read first: it also fails while the namespaces' tenants are not known yet.
 	sameKey, err := r.layers.Layers(ctx, key)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading the definitions of %s: %w", key, err)
 	}
 	v := verdict{}
-	v.ignored, v.layerErr = definition.CheckLayer(k8ssource.LayerFrom(&ld), sameKey)
-	if v.layerErr == nil {
+	if _, msg, ok := k8ssource.Permitted(&ld, r.tenants); !ok {
+		// The object takes part in nothing (k8ssource.Source leaves it out), so neither a
+		// conflict nor a merge is reported for it.
+		v.notPermitted = msg
+		v.ignored = definition.IgnoredFields(k8ssource.LayerFrom(&ld))
+	} else {
+		v.ignored, v.layerErr = definition.CheckLayer(k8ssource.LayerFrom(&ld), sameKey)
+	}
+	if v.notPermitted == "" && v.layerErr == nil {
 		v.result, v.resolveErr = r.explainer.Explain(ctx, ld.Spec.Tenant, ld.Spec.Project, ld.Spec.LeaseName)
 		if errors.Is(v.resolveErr, definition.ErrLayerRead) {
 			return ctrl.Result{}, fmt.Errorf("merging the definition at %s: %w", key, v.resolveErr)
@@ -105,16 +121,56 @@ func (r *LeaseDefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager registers the controller: an object is reconciled when it changes and when
-// a document its scope depends on changes (definition.LayerKey.Affects). Status-only updates
-// are filtered out.
+// SetupWithManager registers the controller: an object is reconciled when it changes, when
+// a document its scope depends on changes (definition.LayerKey.Affects), and when the tenant
+// label of a namespace holding it or such a document changes. Status-only updates are
+// filtered out.
 func (r *LeaseDefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("leasedefinition").
 		For(&leasev1alpha1.LeaseDefinition{}, specChanged).
 		Watches(&leasev1alpha1.LeaseDefinition{}, handler.EnqueueRequestsFromMapFunc(r.dependents), specChanged).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceDocuments), builder.WithPredicates(tenantChanged())).
 		Complete(r)
+}
+
+// tenantChanged passes the Namespace events that can change which documents count: a
+// namespace created or deleted with the tenant label, or relabelled.
+func tenantChanged() predicate.Predicate {
+	tenant := func(o client.Object) string { return o.GetLabels()[tenancy.TenantLabel] }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return tenant(e.Object) != "" },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return tenant(e.ObjectOld) != tenant(e.ObjectNew) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return tenant(e.Object) != "" },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// namespaceDocuments maps a relabelled namespace to the documents in it and their dependents:
+// each may have gained or lost its place in the merge.
+func (r *LeaseDefinitionReconciler) namespaceDocuments(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list leasev1alpha1.LeaseDefinitionList
+	if err := r.client.List(ctx, &list, client.InNamespace(obj.GetName())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list the LeaseDefinitions of a relabelled namespace", "namespace", obj.GetName())
+		return nil
+	}
+	seen := map[types.NamespacedName]bool{}
+	var reqs []reconcile.Request
+	add := func(rs ...reconcile.Request) {
+		for _, rq := range rs {
+			if !seen[rq.NamespacedName] {
+				seen[rq.NamespacedName] = true
+				reqs = append(reqs, rq)
+			}
+		}
+	}
+	for i := range list.Items {
+		item := &list.Items[i]
+		add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(item)})
+		add(r.dependents(ctx, item)...)
+	}
+	return reqs
 }
 
 // dependents maps a changed object to the other objects whose status it can change: the

@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,23 +123,36 @@ func levels(global, tenant, project, user int32) *leasev1alpha1.LeaseLevels {
 }
 
 var _ = Describe("LeaseDefinition", func() {
-	var ns string
+	var (
+		ns string
+		// home returns the namespace a layer of tenant belongs in: the system namespace for
+		// the system layer, otherwise one namespace of the tenant per spec.
+		home func(tenant string) string
+	)
 
 	BeforeEach(func(ctx SpecContext) {
 		ns = freshNamespace(ctx)
+		homes := map[string]string{sys: systemNS}
+		home = func(tenant string) string {
+			if _, ok := homes[tenant]; !ok {
+				// Called from the spec: the BeforeEach's context is done by then.
+				homes[tenant] = tenantNamespace(context.Background(), tenant)
+			}
+			return homes[tenant]
+		}
 	})
 
 	It("merges every layer field by field and reports ignored fields in status", func(ctx SpecContext) {
 		// Built-in suitebuiltin: resource pool-a, global 10, tenant 4, project 2, ttl 60.
-		system := create(ctx, newDef(ns, "system", "suitebuiltin", sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		system := create(ctx, newDef(systemNS, ns+"-system", "suitebuiltin", sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(8, 0, 0, 0)
 			s.WaitMs = ptr.To[int32](1000)
 		}))
-		tenant := create(ctx, newDef(ns, "tenant-t1", "suitebuiltin", "t1", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		tenant := create(ctx, newDef(home("t1"), "tenant-t1", "suitebuiltin", "t1", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Resource = ptr.To("pool-t1")
 			s.Levels = levels(100, 3, 0, 0) // a tenant cannot raise the global ceiling
 		}))
-		project := create(ctx, newDef(ns, "project-t1-p1", "suitebuiltin", "t1", "p1", func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		project := create(ctx, newDef(home("t1"), "project-t1-p1", "suitebuiltin", "t1", "p1", func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Resource = ptr.To("mine") // a project does not land on its own counter
 			s.Levels = levels(0, 0, 1, 1)
 			s.TTLSeconds = ptr.To[int32](30)
@@ -176,10 +190,10 @@ var _ = Describe("LeaseDefinition", func() {
 
 	It("re-resolves every scope after a system-layer update, and only the tenant's after a tenant-layer update", func(ctx SpecContext) {
 		lease := ns // unique per spec
-		system := create(ctx, newDef(ns, "system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		system := create(ctx, newDef(systemNS, ns+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(5, 0, 0, 0)
 		}))
-		tenantA := create(ctx, newDef(ns, "tenant-a", lease, "a", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		tenantA := create(ctx, newDef(home("a"), "tenant-a", lease, "a", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(0, 2, 0, 0)
 		}))
 		def := func(global, tenant int) definition.Definition {
@@ -208,13 +222,13 @@ var _ = Describe("LeaseDefinition", func() {
 
 	It("fails closed on a conflict for the affected scopes and recovers when it is removed", func(ctx SpecContext) {
 		lease := ns
-		create(ctx, newDef(ns, "system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		create(ctx, newDef(systemNS, ns+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(3, 0, 0, 0)
 		}))
-		tenantA := create(ctx, newDef(ns, "tenant-a", lease, "a", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		tenantA := create(ctx, newDef(home("a"), "tenant-a", lease, "a", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(0, 2, 0, 0)
 		}))
-		first := create(ctx, newDef(ns, "a-p-first", lease, "a", "p", func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		first := create(ctx, newDef(home("a"), "a-p-first", lease, "a", "p", func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(0, 0, 1, 0)
 		}))
 		def := func(project int) definition.Definition {
@@ -223,8 +237,9 @@ var _ = Describe("LeaseDefinition", func() {
 		}
 		expectResolves(ctx, "a", "p", lease, def(1))
 
-		// A second object for the same (leaseName, tenant, project), in another namespace.
-		otherNS := freshNamespace(ctx)
+		// A second object for the same (leaseName, tenant, project), in another namespace of
+		// the tenant.
+		otherNS := tenantNamespace(ctx, "a")
 		second := create(ctx, newDef(otherNS, "a-p-second", lease, "a", "p", func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(0, 0, 5, 0)
 		}))
@@ -234,13 +249,13 @@ var _ = Describe("LeaseDefinition", func() {
 			expectStatus(ctx, ld, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 				haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonConflict)(g, st)
 				g.Expect(meta.FindStatusCondition(st.Conditions, leasev1alpha1.ConditionReady).Message).
-					To(And(ContainSubstring(ns+"/a-p-first"), ContainSubstring(otherNS+"/a-p-second")))
+					To(And(ContainSubstring(home("a")+"/a-p-first"), ContainSubstring(otherNS+"/a-p-second")))
 				g.Expect(st.Effective).To(BeNil())
 			})
 		}
 
 		// A conflict at the system layer makes every scope unavailable.
-		dupSystem := create(ctx, newDef(otherNS, "system-dup", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		dupSystem := create(ctx, newDef(systemNS, ns+"-system-dup", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(30, 0, 0, 0)
 		}))
 		expectUnavailable(ctx, "a", "q", lease, definition.ErrConflict)
@@ -261,10 +276,10 @@ var _ = Describe("LeaseDefinition", func() {
 
 	It("drops a deleted object out of the merge", func(ctx SpecContext) {
 		lease := ns
-		system := create(ctx, newDef(ns, "system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		system := create(ctx, newDef(systemNS, ns+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(5, 0, 0, 1)
 		}))
-		project := create(ctx, newDef(ns, "a-p", lease, "a", "p", func(s *leasev1alpha1.LeaseDefinitionSpec) {
+		project := create(ctx, newDef(home("a"), "a-p", lease, "a", "p", func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(0, 0, 0, 2)
 			s.WaitMs = ptr.To[int32](0)
 		}))
@@ -357,12 +372,28 @@ var _ = Describe("LeaseDefinition", func() {
 			files = append(files, e.Name())
 			data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 			Expect(err).NotTo(HaveOccurred())
+			if e.Name() == "namespaces.yaml" {
+				// The samples' own namespaces: the system namespace and acme's.
+				for _, doc := range strings.Split(string(data), "\n---\n") {
+					var ns corev1.Namespace
+					Expect(yaml.UnmarshalStrict([]byte(doc), &ns)).To(Succeed(), "sample %s", e.Name())
+					Expect(ns.Kind).To(Equal("Namespace"))
+					if err := k8sClient.Create(ctx, &ns); !apierrors.IsAlreadyExists(err) {
+						Expect(err).NotTo(HaveOccurred())
+					}
+				}
+				continue
+			}
 			var ld leasev1alpha1.LeaseDefinition
 			Expect(yaml.UnmarshalStrict(data, &ld)).To(Succeed(), "sample %s", e.Name())
 			Expect(ld.APIVersion).To(Equal(leasev1alpha1.GroupVersion.String()), "sample %s", e.Name())
 			Expect(ld.Kind).To(Equal("LeaseDefinition"), "sample %s", e.Name())
-			ld.Namespace = ns
-			created = append(created, create(ctx, &ld))
+			Expect(ld.Namespace).NotTo(BeEmpty(), "sample %s names the namespace that owns its layer", e.Name())
+			created = append(created, ld.DeepCopy())
+		}
+		// Namespaces first, as kubectl apply -k orders them.
+		for i, ld := range created {
+			created[i] = create(ctx, ld)
 		}
 		slices.Sort(kust.Resources)
 		Expect(kust.Resources).To(Equal(files), "config/samples/kustomization.yaml lists every sample")

@@ -16,6 +16,9 @@ import (
 
 // verdict is what the definition package decided about one object.
 type verdict struct {
+	// notPermitted is set when the object's namespace may not hold its layer (the message of
+	// tenancy.Permits); the object then takes part in nothing.
+	notPermitted string
 	// ignored are the fields the object sets that its layer does not own.
 	ignored []definition.Field
 	// layerErr is set when the object is invalid or in conflict (definition.CheckLayer).
@@ -40,6 +43,9 @@ func buildStatus(generation int64, prev leasev1alpha1.LeaseDefinitionStatus, v v
 	}
 
 	switch {
+	case v.notPermitted != "":
+		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonNamespaceNotPermitted,
+			v.notPermitted+"; this object takes part in no merge and no conflict")
 	case errors.Is(v.layerErr, definition.ErrConflict):
 		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonConflict,
 			"Another LeaseDefinition has the same leaseName, tenant and project; the scopes that use them are unavailable until one is removed: "+v.layerErr.Error())

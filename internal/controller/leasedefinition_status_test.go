@@ -76,6 +76,18 @@ func TestBuildStatus(t *testing.T) {
 					"The definition is invalid; the scopes that use it are unavailable: levels.user: cap must be at least 1, got 0; waitMs: must be between 0 and 600000, got -1", now),
 					noneIgnored(now)}},
 		},
+		"namespace not permitted, with an ignored field": {
+			prev: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2, Effective: texEffective,
+				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved, resolvedMsg, earlier), noneIgnored(earlier)}},
+			v: verdict{notPermitted: `Namespace "team-a" may not hold the system layer`, ignored: []definition.Field{definition.FieldLevelsGlobal}},
+			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2, IgnoredFields: []string{"levels.global"},
+				Conditions: []metav1.Condition{
+					ready(metav1.ConditionFalse, leasev1alpha1.ReasonNamespaceNotPermitted,
+						`Namespace "team-a" may not hold the system layer; this object takes part in no merge and no conflict`, now),
+					{Type: leasev1alpha1.ConditionFieldsIgnored, Status: metav1.ConditionTrue, Reason: leasev1alpha1.ReasonFieldsNotOwned,
+						Message: "Ignored because this layer does not own them: levels.global", ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(now)},
+				}},
+		},
 		"a wider layer is unavailable": {
 			prev: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2, Effective: texEffective,
 				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved, resolvedMsg, earlier), noneIgnored(earlier)}},

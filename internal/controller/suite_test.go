@@ -8,12 +8,15 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
@@ -27,7 +30,11 @@ levels:
 ttlSeconds: 60
 `
 
+// systemNS is the suite's system namespace: the only one whose system-layer documents count.
+const systemNS = "lease-system"
+
 var (
+	tenants   *tenancy.Informed
 	assetsDir string
 	env       *testenv.Env
 	k8sClient client.Client
@@ -51,12 +58,16 @@ var _ = BeforeSuite(func() {
 	mgr, err := ctrl.NewManager(env.Config, env.ManagerOptions())
 	Expect(err).NotTo(HaveOccurred())
 
+	Expect(k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNS}})).To(Succeed())
+
 	builtins, err := definition.LoadBuiltins(fstest.MapFS{"suitebuiltin.yaml": {Data: []byte(suiteBuiltin)}})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(builtins.Problems()).To(BeEmpty())
 	// The same wiring as cmd/manager.
-	resolver = definition.NewResolver(builtins, k8ssource.New(mgr.GetCache()))
-	Expect(controller.SetupLeaseDefinitions(context.Background(), mgr, resolver)).To(Succeed())
+	tenants, err = tenancy.NewInformed(context.Background(), mgr.GetCache(), systemNS)
+	Expect(err).NotTo(HaveOccurred())
+	resolver = definition.NewResolver(builtins, k8ssource.New(mgr.GetCache(), tenants))
+	Expect(controller.SetupLeaseDefinitions(context.Background(), mgr, resolver, tenants)).To(Succeed())
 	stopMgr = testenv.RunManager(mgr)
 })
 
@@ -71,5 +82,16 @@ var _ = AfterSuite(func() {
 
 // freshNamespace creates a namespace for one spec and deletes it afterwards.
 func freshNamespace(ctx context.Context) string {
-	return testenv.FreshNamespace(ctx, k8sClient, "ldef", nil)
+	return tenantNamespace(ctx, "")
+}
+
+// tenantNamespace creates a namespace of tenant (labelled tenancy.TenantLabel; none for "")
+// for one spec and deletes it afterwards.
+func tenantNamespace(ctx context.Context, tenant string) string {
+	GinkgoHelper()
+	var labels map[string]string
+	if tenant != "" {
+		labels = map[string]string{tenancy.TenantLabel: tenant}
+	}
+	return testenv.FreshNamespace(ctx, k8sClient, "ldef", labels)
 }

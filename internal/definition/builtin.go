@@ -60,6 +60,9 @@ func ParseDocument(fileName string, data []byte, source string) (Layer, error) {
 // unavailable in every scope; it never falls back to the compiled-in document, because a
 // silently skipped layer might carry the cap that protects the resource.
 type Builtins struct {
+	// missing, when set, makes every lease name unavailable: the configured built-in layer
+	// could not be loaded (see UnavailableBuiltins).
+	missing  *UnavailableError
 	layers   map[string]Layer
 	broken   map[string]error
 	sources  map[string]string
@@ -142,11 +145,22 @@ func (b *Builtins) fail(name, source string, err error) {
 	b.problems = append(b.problems, &UnavailableError{Name: name, Source: source, Err: err})
 }
 
+// UnavailableBuiltins is the built-in layer of a process that could not load the one it was
+// configured with (source names it): every lease name is unavailable, so that the process
+// fails closed rather than resolving without that layer, which may carry the only cap of a
+// lease (docs/tenancy.md).
+func UnavailableBuiltins(source string, err error) *Builtins {
+	return &Builtins{missing: &UnavailableError{Source: source, Err: err}, problems: []error{fmt.Errorf("%s: %w", source, err)}}
+}
+
 // Layer returns the built-in document of name: nil if there is none, an *UnavailableError if
-// its file is broken.
+// its file is broken or the layer could not be loaded.
 func (b *Builtins) Layer(name string) (*Layer, error) {
 	if b == nil {
 		return nil, nil
+	}
+	if b.missing != nil {
+		return nil, &UnavailableError{Name: name, Source: b.missing.Source, Err: b.missing.Err}
 	}
 	if err, ok := b.broken[name]; ok {
 		return nil, &UnavailableError{Name: name, Source: b.sources[name], Err: err}

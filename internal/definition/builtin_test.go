@@ -1,6 +1,7 @@
 package definition
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -151,5 +152,24 @@ func TestLoadBuiltins(t *testing.T) {
 func TestLoadBuiltinsUnreadableDirectory(t *testing.T) {
 	if _, err := LoadBuiltins(os.DirFS(filepath.Join(t.TempDir(), "missing"))); err == nil {
 		t.Fatal("LoadBuiltins() of a missing directory succeeded, want an error")
+	}
+}
+
+func TestUnavailableBuiltins(t *testing.T) {
+	cause := errors.New("configmap not found")
+	b := UnavailableBuiltins("ConfigMap lease-system/builtin", cause)
+	for _, name := range []string{"tex", "anything"} {
+		l, err := b.Layer(name)
+		var ue *UnavailableError
+		if l != nil || !errors.As(err, &ue) || !errors.Is(err, cause) || ue.Name != name {
+			t.Errorf("Layer(%q) = %v, %v; want an UnavailableError for %q wrapping the cause", name, l, err, name)
+		}
+	}
+	r := NewResolver(b, nil)
+	if _, err := r.Resolve(context.Background(), "acme", "web", "tex"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("Resolve() error = %v, want unavailable", err)
+	}
+	if d, err := r.Resolve(context.Background(), "acme", "web", NoneReference); err != nil || !d.NoOp() {
+		t.Errorf("Resolve(none) = %v, %v; want NOOP", d, err)
 	}
 }

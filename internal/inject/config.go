@@ -57,6 +57,16 @@ const (
 	StoreSecretKey = "uri"
 )
 
+// Tenancy is what an agent must share with the manager to resolve exactly the definitions
+// the manager resolves (docs/tenancy.md): the system namespace, the namespaces whose
+// LeaseDefinitions count (empty: all) and the ConfigMap of the built-in layer (empty: only the
+// compiled-in documents).
+type Tenancy struct {
+	SystemNamespace  string
+	Namespaces       []string
+	BuiltinConfigMap string
+}
+
 // AgentArgs are the arguments of the agent container: sidecar mode, then its two listeners.
 // The manager binary must accept them: `manager agent --api-bind-address=127.0.0.1:8090
 // --internal-bind-address=:8091`.
@@ -88,6 +98,9 @@ type Config struct {
 	// revocations with (agentlink.AgentKey); it becomes LEASE_AGENT_KEY. The manager's
 	// internal secret itself never leaves the manager.
 	AgentKey func(namespace string) string
+	// Tenancy is the manager's; the agent gets it as environment variables. Its
+	// SystemNamespace is required.
+	Tenancy Tenancy
 }
 
 // DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.
@@ -122,6 +135,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Image == "" {
 		errs = append(errs, errors.New("agent image is required"))
+	}
+	if c.Tenancy.SystemNamespace == "" {
+		errs = append(errs, errors.New("the system namespace is required: agents must resolve what the manager resolves"))
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(c.StoreSecret) {
 		errs = append(errs, fmt.Errorf("store secret %q: %s", c.StoreSecret, msg))

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/vancetope/lease-operator/internal/settings"
 	corev1 "k8s.io/api/core/v1"
@@ -185,6 +186,16 @@ func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container 
 			Key:                  StoreSecretKey,
 		}}},
 	}
+	// The manager's tenancy, so that the agent resolves what the manager resolves. The
+	// built-in layer lives in a ConfigMap of the system namespace, which a pod elsewhere
+	// cannot mount: the agent reads it through the API (config/rbac/agent_role.yaml).
+	env = append(env, corev1.EnvVar{Name: settings.EnvSystemNamespace, Value: cfg.Tenancy.SystemNamespace})
+	if len(cfg.Tenancy.Namespaces) > 0 {
+		env = append(env, corev1.EnvVar{Name: settings.EnvNamespaces, Value: strings.Join(cfg.Tenancy.Namespaces, ",")})
+	}
+	if cfg.Tenancy.BuiltinConfigMap != "" {
+		env = append(env, corev1.EnvVar{Name: settings.EnvBuiltinConfigMap, Value: cfg.Tenancy.BuiltinConfigMap})
+	}
 	if cfg.StoreDatabase != "" {
 		env = append(env, corev1.EnvVar{Name: settings.EnvMongoDatabase, Value: cfg.StoreDatabase})
 	}
@@ -197,6 +208,7 @@ func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container 
 			env = append(env, corev1.EnvVar{Name: settings.EnvAgentKey, Value: key})
 		}
 	}
+
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{

@@ -45,6 +45,7 @@ func wantAgent() corev1.Container {
 			{Name: "MONGODB_URI", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "lease-store"}, Key: "uri",
 			}}},
+			{Name: "LEASE_SYSTEM_NAMESPACE", Value: "lease-system"},
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "lease-agent", ContainerPort: 8090, Protocol: corev1.ProtocolTCP},
@@ -74,6 +75,8 @@ func wantAgent() corev1.Container {
 	}
 }
 
+var testTenancy = Tenancy{SystemNamespace: "lease-system"}
+
 var urlEnv = corev1.EnvVar{Name: "LEASE_AGENT_URL", Value: "http://127.0.0.1:8090"}
 
 // testPod is a pod with the given annotations and one app container.
@@ -98,7 +101,7 @@ func injected(annotations map[string]string) *corev1.Pod {
 var inject = map[string]string{"lease.vancetope.io/inject": "true"}
 
 func TestInject(t *testing.T) {
-	cfg := Config{Image: testImage}
+	cfg := Config{Image: testImage, Tenancy: testTenancy}
 	tests := map[string]struct {
 		pod         *corev1.Pod
 		cfg         Config
@@ -129,7 +132,7 @@ func TestInject(t *testing.T) {
 			wantChanged: true,
 		},
 		"configured store secret and database": {
-			pod: testPod(inject), cfg: Config{Image: testImage, StoreSecret: "mongo", StoreDatabase: "leases"},
+			pod: testPod(inject), cfg: Config{Image: testImage, StoreSecret: "mongo", StoreDatabase: "leases", Tenancy: testTenancy},
 			want: func() *corev1.Pod {
 				p := injected(inject)
 				agent := &p.Spec.InitContainers[0]
@@ -139,8 +142,20 @@ func TestInject(t *testing.T) {
 			}(),
 			wantChanged: true,
 		},
+		"the manager's namespaces and built-in ConfigMap": {
+			pod: testPod(inject), cfg: Config{Image: testImage, Tenancy: Tenancy{SystemNamespace: "lease-system",
+				Namespaces: []string{"lease-system", "acme"}, BuiltinConfigMap: "lease-builtin"}},
+			want: func() *corev1.Pod {
+				p := injected(inject)
+				agent := &p.Spec.InitContainers[0]
+				agent.Env = append(agent.Env, corev1.EnvVar{Name: "LEASE_NAMESPACES", Value: "lease-system,acme"},
+					corev1.EnvVar{Name: "LEASE_BUILTIN_CONFIGMAP", Value: "lease-builtin"})
+				return p
+			}(),
+			wantChanged: true,
+		},
 		"configured manager URL": {
-			pod: testPod(inject), cfg: Config{Image: testImage, ManagerURL: "http://lease-operator-admission.lease-operator-system.svc:8082"},
+			pod: testPod(inject), cfg: Config{Image: testImage, ManagerURL: "http://lease-operator-admission.lease-operator-system.svc:8082", Tenancy: testTenancy},
 			want: func() *corev1.Pod {
 				p := injected(inject)
 				agent := &p.Spec.InitContainers[0]
@@ -309,9 +324,10 @@ func TestInjectRejectsBadConfig(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		"no image":              {cfg: Config{}, wantErr: "agent image is required"},
-		"bad store secret":      {cfg: Config{Image: testImage, StoreSecret: "a/b"}, wantErr: `store secret "a/b"`},
-		"bad image pull policy": {cfg: Config{Image: testImage, ImagePullPolicy: "Sometimes"}, wantErr: `image pull policy "Sometimes"`},
+		"no image":              {cfg: Config{Tenancy: testTenancy}, wantErr: "agent image is required"},
+		"no system namespace":   {cfg: Config{Image: testImage}, wantErr: "the system namespace is required"},
+		"bad store secret":      {cfg: Config{Image: testImage, StoreSecret: "a/b", Tenancy: testTenancy}, wantErr: `store secret "a/b"`},
+		"bad image pull policy": {cfg: Config{Image: testImage, ImagePullPolicy: "Sometimes", Tenancy: testTenancy}, wantErr: `image pull policy "Sometimes"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -332,7 +348,7 @@ func TestInjectRejectsBadConfig(t *testing.T) {
 func TestInjectCustomResources(t *testing.T) {
 	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}}
 	pod := testPod(inject)
-	if _, err := Inject(pod, Config{Image: testImage, Resources: res, ImagePullPolicy: corev1.PullAlways}); err != nil {
+	if _, err := Inject(pod, Config{Image: testImage, Resources: res, ImagePullPolicy: corev1.PullAlways, Tenancy: testTenancy}); err != nil {
 		t.Fatalf("Inject() error = %v", err)
 	}
 	agent := pod.Spec.InitContainers[0]

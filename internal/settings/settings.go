@@ -25,8 +25,12 @@ const (
 	// EnvManagerURL tells an agent where the manager's API is: its lazy idle sweep runs
 	// there, so that reaped holders go through the manager's dispatch matrix.
 	EnvManagerURL = "LEASE_MANAGER_URL"
-	// EnvDefinitionsNamespace restricts an agent's LeaseDefinition cache to one namespace.
-	EnvDefinitionsNamespace = "LEASE_DEFINITIONS_NAMESPACE"
+	// EnvSystemNamespace is the namespace whose LeaseDefinitions may hold the system layer.
+	EnvSystemNamespace = "LEASE_SYSTEM_NAMESPACE"
+	// EnvNamespaces lists the namespaces whose LeaseDefinitions and pods a process reads.
+	EnvNamespaces = "LEASE_NAMESPACES"
+	// EnvBuiltinConfigMap names the ConfigMap (in the system namespace) of the built-in layer.
+	EnvBuiltinConfigMap = "LEASE_BUILTIN_CONFIGMAP"
 	// EnvAgentURL is set in the app containers of an injected pod: where their agent listens.
 	EnvAgentURL = "LEASE_AGENT_URL"
 	// EnvAgentKey carries the namespace's agent key, with which reapers sign the revocations

@@ -25,13 +25,21 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
 const (
-	// namespace holds the samples, the app pod and the definitions the specs create.
+	// namespace holds the app pod.
 	namespace = "default"
+	// systemNamespace is the manager's --system-namespace, as under make run; the samples put
+	// the system layer there (config/samples/namespaces.yaml).
+	systemNamespace = "lease-system"
+	// builtinConfigMap is the built-in layer shared by the manager and the agent; it defines
+	// the lease builtinOnlyLease, which no LeaseDefinition mentions.
+	builtinConfigMap = "builtin-definitions"
+	builtinOnlyLease = "e2ebuiltin"
 	// appPodName is the pod the agent runs in; it carries podIP 127.0.0.1, so the manager
 	// attributes the suite's own calls (source 127.0.0.1) to it as well.
 	appPodName = "app-0"
@@ -54,17 +62,23 @@ var (
 
 	managerProc *process
 	agentProc   *process
+	// bareAgentProc is an agent configured with a built-in ConfigMap that does not exist.
+	bareAgentProc *process
 
 	// managerAddr is the manager's admission and operator API (host:port).
 	managerAddr string
 	// managerAPI and agentAPI call from 127.0.0.1: as pod app-0.
 	managerAPI *apiClient
 	agentAPI   *apiClient
-	metricsURL string
+	// bareAgentAPI calls bareAgentProc.
+	bareAgentAPI *apiClient
+	metricsURL   string
+	// kubeconfigPath is a cluster administrator's kubeconfig, for the kubectl binary.
+	kubeconfigPath string
+	// sampleKeys are the LeaseDefinitions applied from config/samples.
+	sampleKeys []client.ObjectKey
 	// agentMetricsURL is the agent's metrics, on its internal port.
 	agentMetricsURL string
-	// sampleNames are the LeaseDefinitions applied from config/samples.
-	sampleNames []string
 	// appPod is the agent's identity (and the pod the manager sees at 127.0.0.1).
 	appPod lease.PodRef
 )
@@ -117,12 +131,17 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := admin.KubeConfig()
 	Expect(err).NotTo(HaveOccurred())
-	kubeconfigPath := filepath.Join(workDir, "kubeconfig")
+	kubeconfigPath = filepath.Join(workDir, "kubeconfig")
 	Expect(os.WriteFile(kubeconfigPath, kubeconfig, 0o600)).To(Succeed())
 
 	k8sClient = env.Client
 
 	applySamples(ctx, filepath.Join(root, "config", "samples"))
+	Expect(k8sClient.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: builtinConfigMap},
+		Data: map[string]string{builtinOnlyLease + ".yaml": "name: " + builtinOnlyLease + "\nresource: e2e-pool\n" +
+			"levels: {global: 4, tenant: 2, user: 1}\nttlSeconds: 90\nwaitMs: 0\n"},
+	})).To(Succeed())
 	appPod = createRunningPod(ctx, appPodName, appPodIP)
 
 	mongo := <-started
@@ -134,13 +153,14 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	bin := <-built
 	Expect(bin.err).NotTo(HaveOccurred(), "building the manager")
 
-	ports, err := freePorts(5)
+	ports, err := freePorts(7)
 	Expect(err).NotTo(HaveOccurred())
 	local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	managerAddr = local(ports[0])
 	probeAddr, metricsAddr, agentAPIAddr := local(ports[1]), local(ports[2]), local(ports[3])
 	agentInternalPort := ports[4]
 	agentInternalAddr := local(agentInternalPort)
+	bareAgentAPIAddr, bareAgentInternalAddr := local(ports[5]), local(ports[6])
 
 	managerProc, err = startProcess("manager", workDir, bin.value, []string{
 		"--api-bind-address", managerAddr,
@@ -151,28 +171,40 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		"--agent-internal-port", strconv.Itoa(agentInternalPort),
 		"--mongodb-uri", mongo.value,
 		"--mongodb-database", database,
+		"--system-namespace", systemNamespace,
+		"--builtin-configmap", builtinConfigMap,
 	}, childEnv("KUBECONFIG="+kubeconfigPath, "LEASE_INTERNAL_SECRET="+internalSecret))
 	Expect(err).NotTo(HaveOccurred())
 
-	// The agent as the webhook injects it: store, identity and the manager's URL (for its
-	// lazy idle sweeps) from the environment.
-	agentProc, err = startProcess("agent", workDir, bin.value, []string{
-		"agent",
-		"--api-bind-address", agentAPIAddr,
-		"--internal-bind-address", agentInternalAddr,
-	}, childEnv("KUBECONFIG="+kubeconfigPath,
-		"MONGODB_URI="+mongo.value, "MONGODB_DATABASE="+database,
-		"POD_NAMESPACE="+appPod.Namespace, "POD_NAME="+appPod.Name, "POD_UID="+appPod.UID,
-		"LEASE_MANAGER_URL=http://"+managerAddr, "LEASE_INTERNAL_SECRET="+internalSecret))
-	Expect(err).NotTo(HaveOccurred())
+	// The agent as the webhook injects it: store, identity, the manager's URL (for its lazy
+	// idle sweeps) and the manager's tenancy (system namespace, built-in ConfigMap) from the
+	// environment.
+	startAgent := func(name, apiAddr, internalAddr, configMap string) *process {
+		GinkgoHelper()
+		p, err := startProcess(name, workDir, bin.value, []string{
+			"agent",
+			"--api-bind-address", apiAddr,
+			"--internal-bind-address", internalAddr,
+		}, childEnv("KUBECONFIG="+kubeconfigPath,
+			"MONGODB_URI="+mongo.value, "MONGODB_DATABASE="+database,
+			"POD_NAMESPACE="+appPod.Namespace, "POD_NAME="+appPod.Name, "POD_UID="+appPod.UID,
+			"LEASE_MANAGER_URL=http://"+managerAddr, "LEASE_INTERNAL_SECRET="+internalSecret,
+			settings.EnvSystemNamespace+"="+systemNamespace, settings.EnvBuiltinConfigMap+"="+configMap))
+		Expect(err).NotTo(HaveOccurred())
+		return p
+	}
+	agentProc = startAgent("agent", agentAPIAddr, agentInternalAddr, builtinConfigMap)
+	bareAgentProc = startAgent("bare-agent", bareAgentAPIAddr, bareAgentInternalAddr, "no-such-configmap")
 
 	launched := time.Now()
 	waitReady(managerProc, "http://"+probeAddr+"/readyz")
 	waitReady(agentProc, "http://"+agentInternalAddr+"/readyz")
+	waitReady(bareAgentProc, "http://"+bareAgentInternalAddr+"/readyz")
 	GinkgoWriter.Printf("e2e: manager and agent ready %v after their start\n", time.Since(launched).Round(time.Millisecond))
 
 	managerAPI = newAPIClient("manager", managerAddr, "")
 	agentAPI = newAPIClient("agent", agentAPIAddr, "")
+	bareAgentAPI = newAPIClient("bare-agent", bareAgentAPIAddr, "")
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	agentMetricsURL = "http://" + agentInternalAddr + "/metrics"
 }, NodeTimeout(8*time.Minute))
@@ -180,6 +212,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 var _ = AfterSuite(func(ctx SpecContext) {
 	// Everything is stopped before anything is asserted. The processes go first: they would
 	// log errors once the store and the API server are gone.
+	bareAgentErr := bareAgentProc.stop()
 	agentErr := agentProc.stop()
 	managerErr := managerProc.stop()
 	if store != nil {
@@ -192,6 +225,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 	}
 	mongotest.Stop()
 	Expect(agentErr).NotTo(HaveOccurred(), "the agent should run until the end of the suite")
+	Expect(bareAgentErr).NotTo(HaveOccurred(), "the agent without its ConfigMap should run until the end of the suite")
 	Expect(managerErr).NotTo(HaveOccurred(), "the manager should run until the end of the suite")
 	Expect(envErr).NotTo(HaveOccurred(), "stopping the control plane")
 }, NodeTimeout(2*time.Minute))
@@ -201,7 +235,7 @@ var _ = AfterEach(func() {
 	if !CurrentSpecReport().Failed() {
 		return
 	}
-	for _, p := range []*process{managerProc, agentProc} {
+	for _, p := range []*process{managerProc, agentProc, bareAgentProc} {
 		if p != nil {
 			GinkgoWriter.Printf("\n---- %s\n", p.describe())
 		}
@@ -265,26 +299,37 @@ func waitReady(p *process, url string) {
 	}).WithTimeout(90*time.Second).Should(Succeed(), func() string { return p.describe() })
 }
 
-// applySamples creates the LeaseDefinitions of config/samples in namespace, as
-// `kubectl apply -k config/samples -n default` does.
+// applySamples creates the namespaces and LeaseDefinitions of config/samples where they say,
+// as `kubectl apply -k config/samples` does: Namespaces first.
 func applySamples(ctx context.Context, dir string) {
 	GinkgoHelper()
 	entries, err := os.ReadDir(dir)
 	Expect(err).NotTo(HaveOccurred())
+	var defs []*leasev1alpha1.LeaseDefinition
 	for _, e := range entries {
 		if e.IsDir() || e.Name() == "kustomization.yaml" || !strings.HasSuffix(e.Name(), ".yaml") {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		Expect(err).NotTo(HaveOccurred())
+		if e.Name() == "namespaces.yaml" {
+			for _, doc := range strings.Split(string(data), "\n---\n") {
+				var ns corev1.Namespace
+				Expect(yaml.UnmarshalStrict([]byte(doc), &ns)).To(Succeed(), e.Name())
+				Expect(k8sClient.Create(ctx, &ns)).To(Succeed(), e.Name())
+			}
+			continue
+		}
 		var ld leasev1alpha1.LeaseDefinition
 		Expect(yaml.UnmarshalStrict(data, &ld)).To(Succeed(), e.Name())
 		Expect(ld.Kind).To(Equal("LeaseDefinition"), e.Name())
-		ld.Namespace = namespace
-		Expect(k8sClient.Create(ctx, &ld)).To(Succeed(), e.Name())
-		sampleNames = append(sampleNames, ld.Name)
+		defs = append(defs, &ld)
 	}
-	Expect(sampleNames).NotTo(BeEmpty(), "no samples in %s", dir)
+	for _, ld := range defs {
+		Expect(k8sClient.Create(ctx, ld)).To(Succeed(), ld.Name)
+		sampleKeys = append(sampleKeys, client.ObjectKeyFromObject(ld))
+	}
+	Expect(sampleKeys).NotTo(BeEmpty(), "no samples in %s", dir)
 }
 
 // createRunningPod creates a pod and reports it Running at ip through the status

@@ -26,11 +26,12 @@ import (
 var _ = Describe("The lease system", func() {
 	It("merges the sample definitions and reports them Ready", func(ctx SpecContext) {
 		By("the manager's status controller writing every sample's status")
-		Expect(sampleNames).To(ContainElements("tex-system", "tex-acme", "tex-acme-website"))
+		Expect(sampleKeys).To(ContainElements(client.ObjectKey{Namespace: systemNamespace, Name: "tex-system"},
+			client.ObjectKey{Namespace: "acme", Name: "tex-acme"}, client.ObjectKey{Namespace: "acme", Name: "tex-acme-website"}))
 		Eventually(func(g Gomega) {
-			for _, name := range sampleNames {
+			for _, key := range sampleKeys {
 				ld := &leasev1alpha1.LeaseDefinition{}
-				g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, ld)).To(Succeed())
+				g.Expect(k8sClient.Get(ctx, key, ld)).To(Succeed())
 				ready := meta.FindStatusCondition(ld.Status.Conditions, leasev1alpha1.ConditionReady)
 				g.Expect(ready).NotTo(BeNil(), "Ready of %s", ld.Name)
 				g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready of %s: %s", ld.Name, ready.Message)
@@ -40,7 +41,7 @@ var _ = Describe("The lease system", func() {
 
 		By("the project layer acme/website merging as the README says")
 		website := &leasev1alpha1.LeaseDefinition{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "tex-acme-website"}, website)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "tex-acme-website"}, website)).To(Succeed())
 		Expect(website.Status.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
 			Resource:   "tex",
 			Levels:     &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](6), Tenant: ptr.To[int32](2), Project: ptr.To[int32](2)},
@@ -465,10 +466,11 @@ var _ = Describe("The lease system", func() {
 	})
 })
 
-// newDefinition returns a project layer of tex in namespace that sets the project cap.
+// newDefinition returns a project layer of tex that sets the project cap, in the namespace
+// named after the tenant (the samples create acme's, labelled as acme's).
 func newDefinition(name, tenant, project string, projectCap int32) *leasev1alpha1.LeaseDefinition {
 	return &leasev1alpha1.LeaseDefinition{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: name},
 		Spec: leasev1alpha1.LeaseDefinitionSpec{
 			LeaseName: "tex", Tenant: tenant, Project: project,
 			Levels: &leasev1alpha1.LeaseLevels{Project: ptr.To(projectCap)},

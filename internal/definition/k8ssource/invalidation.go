@@ -9,6 +9,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // Invalidator drops cached definitions; *definition.Resolver implements it.
@@ -58,4 +59,18 @@ func RegisterInvalidation(ctx context.Context, informers cache.Informers, inv In
 		return fmt.Errorf("adding the LeaseDefinition invalidation handler: %w", err)
 	}
 	return nil
+}
+
+// AllInvalidator drops every cached definition; *definition.Resolver implements it.
+type AllInvalidator interface {
+	InvalidateAll()
+}
+
+var _ AllInvalidator = (*definition.Resolver)(nil)
+
+// RegisterTenancyInvalidation drops every cached definition when a namespace's tenant changes:
+// the documents in it may gain or lose their place in the merge (docs/tenancy.md). Relabels
+// are rare, so dropping everything is cheaper to get right than finding the affected keys.
+func RegisterTenancyInvalidation(tenants *tenancy.Informed, inv AllInvalidator) {
+	tenants.OnChange(func(string) { inv.InvalidateAll() })
 }

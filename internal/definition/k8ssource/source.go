@@ -1,6 +1,7 @@
 // Package k8ssource adapts LeaseDefinition objects to the definition package: a LayerSource
-// over the controller-runtime cache, the field indexes it needs, and the informer event
-// handler that invalidates a Resolver's cache on every replica.
+// over the controller-runtime cache that only lets through the documents whose namespace owns
+// their layer (docs/tenancy.md), the field indexes it needs, and the informer event handlers
+// that invalidate a Resolver's cache on every replica.
 package k8ssource
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // Field indexes on LeaseDefinition objects, registered by SetupIndexes.
@@ -81,28 +83,47 @@ func LayerFrom(ld *leasev1alpha1.LeaseDefinition) definition.Layer {
 	return l
 }
 
+// Permitted decides whether an object's namespace owns its layer (tenancy.Permits).
+func Permitted(ld *leasev1alpha1.LeaseDefinition, tenants tenancy.Map) (reason, message string, ok bool) {
+	return tenancy.Permits(ld.Namespace, ld.Spec.Tenant, ld.Spec.Project, tenants)
+}
+
+// syncer is implemented by a tenancy.Map that can still be filling (tenancy.Informed).
+type syncer interface{ HasSynced() bool }
+
 // Source reads layer documents from LeaseDefinition objects in every namespace the reader
-// sees. The reader must have the IndexScope index: in practice the manager's cache.
+// sees, keeping only those whose namespace owns their layer: a document in the wrong namespace
+// takes part in no merge and no conflict. The reader must have the IndexScope index: in
+// practice the manager's cache.
 type Source struct {
-	reader client.Reader
+	reader  client.Reader
+	tenants tenancy.Map
 }
 
 var _ definition.LayerSource = (*Source)(nil)
 
-// New returns a Source over reader (the manager's cache, with SetupIndexes applied).
-func New(reader client.Reader) *Source {
-	return &Source{reader: reader}
+// New returns a Source over reader (the manager's cache, with SetupIndexes applied) that
+// decides with tenants which namespace may hold which layer.
+func New(reader client.Reader, tenants tenancy.Map) *Source {
+	return &Source{reader: reader, tenants: tenants}
 }
 
-// Layers returns the documents stored under key, sorted by source.
+// Layers returns the permitted documents stored under key, sorted by source. Until the
+// namespaces are known it fails (a retryable read error): deciding on a partial view would
+// drop a tenant's layers and fall back to wider caps.
 func (s *Source) Layers(ctx context.Context, key definition.LayerKey) ([]definition.Layer, error) {
+	if sy, ok := s.tenants.(syncer); ok && !sy.HasSynced() {
+		return nil, fmt.Errorf("listing LeaseDefinitions of %s: the namespaces' tenants are not known yet", key)
+	}
 	var list leasev1alpha1.LeaseDefinitionList
 	if err := s.reader.List(ctx, &list, client.MatchingFields{IndexScope: ScopeIndexValue(key)}); err != nil {
 		return nil, fmt.Errorf("listing LeaseDefinitions of %s: %w", key, err)
 	}
 	out := make([]definition.Layer, 0, len(list.Items))
 	for i := range list.Items {
-		out = append(out, LayerFrom(&list.Items[i]))
+		if _, _, ok := Permitted(&list.Items[i], s.tenants); ok {
+			out = append(out, LayerFrom(&list.Items[i]))
+		}
 	}
 	slices.SortFunc(out, func(a, b definition.Layer) int { return strings.Compare(a.Source, b.Source) })
 	return out, nil

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/inject"
+	"github.com/vancetope/lease-operator/internal/settings"
+	"github.com/vancetope/lease-operator/internal/tenancy"
+)
+
+// tenancyFlags are the settings both modes must share to resolve the same definitions: the
+// system namespace, the namespaces read, and the built-in layer's ConfigMap
+// (docs/tenancy.md). The injection webhook hands the manager's values to every agent.
+type tenancyFlags struct {
+	systemNamespace  string
+	namespaces       string
+	builtinConfigMap string
+}
+
+func (t *tenancyFlags) bind(fs *flag.FlagSet, namespacesFlag bool) {
+	fs.StringVar(&t.systemNamespace, "system-namespace", envOr(settings.EnvSystemNamespace, os.Getenv(settings.EnvPodNamespace)),
+		"Namespace whose LeaseDefinitions may hold the system layer (env "+settings.EnvSystemNamespace+"; default: this pod's namespace, POD_NAMESPACE).")
+	fs.StringVar(&t.builtinConfigMap, "builtin-configmap", os.Getenv(settings.EnvBuiltinConfigMap),
+		"ConfigMap in the system namespace whose <name>.yaml entries extend the compiled-in definitions (env "+settings.EnvBuiltinConfigMap+
+			"); the manager and its agents read the same one. If it cannot be read, every lease is unavailable.")
+	if namespacesFlag {
+		fs.StringVar(&t.namespaces, "namespaces", os.Getenv(settings.EnvNamespaces),
+			"Comma-separated namespaces to read LeaseDefinitions from (env "+settings.EnvNamespaces+"); empty reads all. Must include the system namespace.")
+	}
+}
+
+// check rejects settings under which the system layer could never count.
+func (t tenancyFlags) check(namespaces []string) error {
+	if t.systemNamespace == "" {
+		return errors.New("--system-namespace is required (or POD_NAMESPACE from the downward API)")
+	}
+	if len(namespaces) > 0 && !slices.Contains(namespaces, t.systemNamespace) {
+		return fmt.Errorf("--namespaces %v must include the system namespace %q", namespaces, t.systemNamespace)
+	}
+	return nil
+}
+
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+
+// setupTenancy checks the settings and returns the namespace-to-tenant map over the
+// informers of the process's cache. Call it before the cache starts.
+func setupTenancy(ctx context.Context, informers cache.Informers, t tenancyFlags, namespaces []string) (*tenancy.Informed, error) {
+	if err := t.check(namespaces); err != nil {
+		return nil, err
+	}
+	tenants, err := tenancy.NewInformed(ctx, informers, t.systemNamespace)
+	if err != nil {
+		return nil, err
+	}
+	return tenants, nil
+}
+
+// loadBuiltins returns the built-in layer: compiled in, extended from --defaults-dir or from
+// --builtin-configmap (read through reader, which must not be a cache that is not started
+// yet). A ConfigMap that cannot be read makes every lease unavailable (fail closed).
+func loadBuiltins(ctx context.Context, reader client.Reader, defaultsDir string, t tenancyFlags) (*definition.Builtins, error) {
+	var (
+		builtins *definition.Builtins
+		err      error
+	)
+	switch {
+	case defaultsDir != "" && t.builtinConfigMap != "":
+		return nil, errors.New("--defaults-dir and --builtin-configmap are exclusive: give the built-in layer once")
+	case t.builtinConfigMap != "":
+		builtins = k8ssource.LoadBuiltins(ctx, reader, client.ObjectKey{Namespace: t.systemNamespace, Name: t.builtinConfigMap})
+	case defaultsDir != "":
+		builtins, err = definition.LoadBuiltins(os.DirFS(defaultsDir))
+	default:
+		builtins, err = definition.LoadBuiltins(nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading built-in definitions: %w", err)
+	}
+	for _, p := range builtins.Problems() {
+		ctrl.Log.WithName("setup").Error(p, "Broken built-in definition: its lease is unavailable")
+	}
+	return builtins, nil
+}
+
+// agentTenancy is what the injection webhook tells agents, so that they resolve exactly what
+// this manager resolves. A --defaults-dir cannot be handed to agents in other namespaces.
+func agentTenancy(t tenancyFlags, namespaces []string, defaultsDir string) (inject.Tenancy, error) {
+	if defaultsDir != "" {
+		return inject.Tenancy{}, errors.New("--defaults-dir is local to the manager; with --agent-image give the built-in layer as --builtin-configmap, which agents read too")
+	}
+	return inject.Tenancy{SystemNamespace: t.systemNamespace, Namespaces: namespaces, BuiltinConfigMap: t.builtinConfigMap}, nil
+}
+
+// newTenantResolver sets up tenancy on mgr's cache and returns the resolver over the built-in
+// layer and the permitted LeaseDefinitions of the cache, with the tenant map it decides with.
+func newTenantResolver(ctx context.Context, mgr manager.Manager, defaultsDir string, t tenancyFlags, namespaces []string) (*definition.Resolver, *tenancy.Informed, error) {
+	tenants, err := setupTenancy(ctx, mgr.GetCache(), t, namespaces)
+	if err != nil {
+		return nil, nil, err
+	}
+	builtins, err := loadBuiltins(ctx, mgr.GetAPIReader(), defaultsDir, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return definition.NewResolver(builtins, k8ssource.New(mgr.GetCache(), tenants)), tenants, nil
+}
