@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/agentlink"
@@ -108,7 +109,8 @@ func runAgent(args []string) error {
 	// every other pod is unknown: release only, no handler (those holders learn of it at their
 	// next check, LEASE_LOST).
 	dispatcher := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
-		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
+		revocation.WithMetrics(m), revocation.WithRegisterer(ctrlmetrics.Registry),
+		revocation.WithLogger(log.WithName("revocation")))
 	var svcOpts []leasing.Option
 	if f.managerURL != "" {
 		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
@@ -122,6 +124,8 @@ func runAgent(args []string) error {
 	internal := routes(routeHandlers{revoked: newReceiver(self, registry,
 		cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace)), store)})
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// The consumer path's metrics (acquire, check, release, dispatch), as on the manager.
+	internal.Handle("GET "+metrics.Path, metrics.Handler())
 	// Ready once the definitions are cached. A store outage does not make the agent unready:
 	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of
 	// its Services; it shows per call as LEASE_UNAVAILABLE instead.

@@ -61,6 +61,8 @@ var (
 	managerAPI *apiClient
 	agentAPI   *apiClient
 	metricsURL string
+	// agentMetricsURL is the agent's metrics endpoint on its internal port.
+	agentMetricsURL string
 	// sampleNames are the LeaseDefinitions applied from config/samples.
 	sampleNames []string
 	// appPod is the agent's identity (and the pod the manager sees at 127.0.0.1).
@@ -172,6 +174,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	managerAPI = newAPIClient("manager", managerAddr, "")
 	agentAPI = newAPIClient("agent", agentAPIAddr, "")
 	metricsURL = "http://" + metricsAddr + "/metrics"
+	agentMetricsURL = "http://" + agentInternalAddr + "/metrics"
 }, NodeTimeout(8*time.Minute))
 
 var _ = AfterSuite(func(ctx SpecContext) {
