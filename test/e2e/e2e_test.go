@@ -452,7 +452,9 @@ var _ = Describe("The lease system", func() {
 			v, _ := metric(s, name, labels)
 			return v
 		}
-		tex := func(outcome string) map[string]string { return map[string]string{"resource": "tex", "outcome": outcome} }
+		tex := func(outcome string) map[string]string {
+			return map[string]string{"resource": "tex", "outcome": outcome}
+		}
 		before := scrapeURL(Default, agentMetricsURL)
 
 		l := agentAPI.mustAcquire(acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: "agent-metrics", User: "ann"}.withWait(0))
