@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -143,6 +144,36 @@ func (s *Store) HolderPods(ctx context.Context) ([]lease.PodRef, error) {
 		}
 	}
 	return pods, nil
+}
+
+// maxPodsPerQuery bounds the pods one HolderPodsOf query names, so that each command stays
+// short on the server.
+const maxPodsPerQuery = 100
+
+// HolderPodsOf returns the distinct holder pods (with the UIDs their holders recorded) among
+// pods, matched by namespace and name (their UIDs are ignored): one indexed query per 100
+// pods. A pod that holds nothing costs no more than its share of that query.
+func (s *Store) HolderPodsOf(ctx context.Context, pods []lease.PodRef) ([]lease.PodRef, error) {
+	seen := map[lease.PodRef]bool{}
+	var out []lease.PodRef
+	for batch := range slices.Chunk(pods, maxPodsPerQuery) {
+		or := make(bson.A, 0, len(batch))
+		for _, p := range batch {
+			or = append(or, bson.D{{Key: "pod.namespace", Value: p.Namespace}, {Key: "pod.name", Value: p.Name}})
+		}
+		docs, err := s.findHolders(ctx, bson.D{{Key: "$or", Value: or}}, bson.D{{Key: "pod", Value: 1}})
+		if err != nil {
+			return out, err
+		}
+		for _, d := range docs {
+			p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
 }
 
 // ReapPod deletes every holder of exactly that pod (namespace, name and UID) and returns
