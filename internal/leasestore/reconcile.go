@@ -12,9 +12,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// reconcileBatch is how many documents one reconcile read command returns: each command
+// readBatch is how many documents one streaming read command (reconcile, sweeps) returns: each command
 // stays short on the server, and reconcile holds one batch of counters at a time.
-const reconcileBatch = 256
+const readBatch = 256
 
 // Reconcile recomputes every counter from the holders' registered levels and corrects the
 // drift left by crash windows (between increment and push, between delete and decrement).
@@ -182,10 +182,10 @@ func (s *Store) eachCounter(ctx context.Context, filter bson.D, f func(counterDo
 	return eachDoc(ctx, s, s.counters, "reading counters", filter, nil, bson.D{{Key: "_id", Value: 1}}, f)
 }
 
-// eachDoc streams the documents of coll matching filter to f, reconcileBatch per command;
+// eachDoc streams the documents of coll matching filter to f, readBatch per command;
 // the find and every getMore have their own deadline. An error from f stops it.
 func eachDoc[T any](ctx context.Context, s *Store, coll *mongo.Collection, what string, filter, projection, sort bson.D, f func(T) error) error {
-	opts := options.Find().SetBatchSize(reconcileBatch)
+	opts := options.Find().SetBatchSize(readBatch)
 	if projection != nil {
 		opts.SetProjection(projection)
 	}

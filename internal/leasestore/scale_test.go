@@ -78,7 +78,7 @@ func TestReconcileStreamsALargeStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := mongotest.DatabaseName(t)
-	s := newStoreAt(t, uri, db, leasestore.WithOpTimeout(300*time.Millisecond), leasestore.WithSafetyMargin(time.Minute))
+	s := newStoreAt(t, uri, db, leasestore.WithOpTimeout(time.Second), leasestore.WithSafetyMargin(time.Minute))
 	const n, tenants = 20000, 1000
 	fillHolders(t, uri, db, n, tenants)
 	// A lost counter: reconcile must find that its key is booked and recreate it.
@@ -86,7 +86,7 @@ func TestReconcileStreamsALargeStore(t *testing.T) {
 
 	res, err := s.Reconcile(ctxT(t))
 	if err != nil {
-		t.Fatalf("reconcile of %d holders with a 300ms operation timeout: %v", n, err)
+		t.Fatalf("reconcile of %d holders with a 1s operation timeout: %v", n, err)
 	}
 	if want := (leasestore.ReconcileResult{Created: 1}); res != want {
 		t.Errorf("reconcile = %+v, want %+v", res, want)
