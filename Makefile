@@ -80,7 +80,8 @@ test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 
 .PHONY: bench
 bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.
-	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 200x ./internal/leasestore/
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'Uncontended|Contended' -benchtime 200x ./internal/leasestore/
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench Scale -benchtime 3x -timeout 30m ./internal/leasestore/
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 100x ./internal/leasing/
 
 ##@ Build

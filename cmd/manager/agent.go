@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -116,7 +115,8 @@ func runAgent(args []string) error {
 	// every other pod is unknown: release only, no handler (those holders learn of it at their
 	// next check, LEASE_LOST).
 	dispatcher := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
-		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
+		revocation.WithMetrics(m), revocation.WithRegisterer(ctrlmetrics.Registry),
+		revocation.WithLogger(log.WithName("revocation")))
 	var svcOpts []leasing.Option
 	if f.managerURL != "" {
 		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
@@ -129,8 +129,9 @@ func runAgent(args []string) error {
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
 	internal := routes(routeHandlers{revoked: newReceiver(self, registry,
 		cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace)), store)})
-	internal.Handle("GET /metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{})) // docs/observability.md
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// The consumer path's metrics (acquire, check, release, dispatch), as on the manager.
+	internal.Handle("GET "+metrics.Path, metrics.Handler())
 	// Ready once the definitions are cached. A store outage does not make the agent unready:
 	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of
 	// its Services; it shows per call as LEASE_UNAVAILABLE instead.

@@ -148,6 +148,8 @@ func serve(ctx context.Context, stopSignals func(), listen, dir string, logger *
 		return fmt.Errorf("listen: %w", err)
 	}
 	p := newProxy(backendAddr, logger)
+	p.ids = newIDIndexer(dataDir, logger)
+	defer p.ids.close()
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -19,6 +19,8 @@ type proxy struct {
 	// exchange is held from writing a request to the backend until its response has been
 	// read: the backend executes one command at a time.
 	exchange sync.Mutex
+	// ids indexes collection tables for FerretDB's _id lookups (idindex.go); nil: off.
+	ids *idIndexer
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -143,6 +145,13 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 
 	if subs := splitCreateIndexes(req); subs != nil {
 		resp, err := createIndexesOneByOne(backend, br, req, subs)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{resp}, nil
+	}
+	defer p.ids.afterCommand(req)
+	if resp, handled, err := pushdownWrite(backend, br, req); handled {
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -105,18 +106,28 @@ func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, 
 	if resource != "" {
 		filter = append(bson.D{{Key: "resource", Value: resource}}, filter...)
 	}
-	candidates, err := s.findHolders(ctx, filter,
-		bson.D{{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1}})
+	// Stream the candidates, keeping only the expired ones: memory grows with what is
+	// reaped, not with the holders (docs/operations.md, "Behaviour at scale").
+	type candidate struct {
+		id       string
+		lastSeen time.Time
+	}
+	var expired []candidate
+	err = eachDoc(ctx, s, s.holders, "reading holders", filter,
+		bson.D{{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1}}, nil,
+		func(c holderDoc) error {
+			ttl := time.Duration(c.TTLSeconds * float64(time.Second))
+			if c.LastSeenAt.Add(ttl).Before(now) {
+				expired = append(expired, candidate{id: c.ID, lastSeen: c.LastSeenAt})
+			}
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}
 	var reaped []lease.Holder
-	for _, c := range candidates {
-		ttl := time.Duration(c.TTLSeconds * float64(time.Second))
-		if !c.LastSeenAt.Add(ttl).Before(now) {
-			continue
-		}
-		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.ID}, {Key: "lastSeenAt", Value: c.LastSeenAt}})
+	for _, c := range expired {
+		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "lastSeenAt", Value: c.lastSeen}})
 		if ok { // deleted is reaped, even when its decrement failed (reconcile returns the slots)
 			reaped = append(reaped, h)
 		}
@@ -127,22 +138,61 @@ func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, 
 	return reaped, nil
 }
 
-// HolderPods lists the distinct pods that hold leases.
+// HolderPods lists the distinct pods that hold leases, streaming the holders' pods in
+// batches (memory grows with the pods, not the holders).
 func (s *Store) HolderPods(ctx context.Context) ([]lease.PodRef, error) {
-	docs, err := s.findHolders(ctx, bson.D{}, bson.D{{Key: "pod", Value: 1}})
-	if err != nil {
-		return nil, err
-	}
 	seen := map[lease.PodRef]bool{}
 	var pods []lease.PodRef
-	for _, d := range docs {
-		p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
-		if !seen[p] {
-			seen[p] = true
-			pods = append(pods, p)
+	err := eachDoc(ctx, s, s.holders, "reading holders", bson.D{}, bson.D{{Key: "pod", Value: 1}}, nil,
+		func(d holderDoc) error {
+			p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
+			if !seen[p] {
+				seen[p] = true
+				pods = append(pods, p)
+			}
+			return nil
+		})
+	return pods, err
+}
+
+// maxPodsPerQuery bounds the pods one HolderPodsOf query names, so that each command stays
+// short on the server.
+const maxPodsPerQuery = 100
+
+// HolderPodsOf returns the distinct holder pods (with the UIDs their holders recorded) among
+// pods, matched by namespace and name (their UIDs are ignored): one query per 100 pods, on
+// the namespaces and names as two $in conditions (the pod index serves both; a simple filter
+// for a store that evaluates it per document), the pairs checked here. A pod that holds
+// nothing costs no more than its share of that query.
+func (s *Store) HolderPodsOf(ctx context.Context, pods []lease.PodRef) ([]lease.PodRef, error) {
+	seen := map[lease.PodRef]bool{}
+	var out []lease.PodRef
+	for batch := range slices.Chunk(pods, maxPodsPerQuery) {
+		asked := map[[2]string]bool{}
+		var namespaces, names bson.A
+		for _, p := range batch {
+			if !slices.Contains(namespaces, any(p.Namespace)) {
+				namespaces = append(namespaces, p.Namespace)
+			}
+			names = append(names, p.Name)
+			asked[[2]string{p.Namespace, p.Name}] = true
+		}
+		docs, err := s.findHolders(ctx, bson.D{
+			{Key: "pod.namespace", Value: bson.D{{Key: "$in", Value: namespaces}}},
+			{Key: "pod.name", Value: bson.D{{Key: "$in", Value: names}}},
+		}, bson.D{{Key: "pod", Value: 1}})
+		if err != nil {
+			return out, err
+		}
+		for _, d := range docs {
+			p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
+			if asked[[2]string{p.Namespace, p.Name}] && !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
 		}
 	}
-	return pods, nil
+	return out, nil
 }
 
 // ReapPod deletes every holder of exactly that pod (namespace, name and UID) and returns

@@ -12,99 +12,85 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
+// readBatch is how many documents one streaming read command (reconcile, sweeps) returns: each command
+// stays short on the server, and reconcile holds one batch of counters at a time.
+const readBatch = 256
+
 // Reconcile recomputes every counter from the holders' registered levels and corrects the
 // drift left by crash windows (between increment and push, between delete and decrement).
-// Only counters whose updatedAt is older than the safety margin are touched, and only by a
-// compare-and-set on the count and updatedAt it read, so a concurrent acquire or release
-// wins. A counter that no holder books is deleted rather than zeroed.
+// The decision per counter is decideCounter: only counters unchanged for the safety margin
+// are touched, an excess is lowered only when confirmed by a later pass, and every write is a
+// compare-and-set on the count and updatedAt it read, so a concurrent acquire or release wins.
+// A counter that no holder books is deleted rather than zeroed.
 //
-// Lowering a counter needs more than one look: a release deletes its holder first and
-// decrements second, and a delete does not change the counter, so one pass that reads
-// between the two would take the slot back twice (overbooking the cap). A counter is
-// therefore lowered (or deleted) only when this store saw the same count, updatedAt and
-// booked number in an earlier pass at least the confirmation delay before (longer than any
-// in-flight decrement may take: WithReconcileConfirm, default twice the operation
-// timeout). Raising a counter to what is booked is safe at once.
+// It streams: the holders' levels are read in batches into a count per counter key (memory
+// grows with the number of counters, not with the holders' documents), then the counters in
+// batches, each decided and written at once. Every read and write command has its own
+// deadline (the operation timeout), so a large store takes longer but never fails for its
+// size, and no single command holds the store for long (docs/operations.md, "Reconcile").
 func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 	var res ReconcileResult
 	now, err := s.ServerTime(ctx)
 	if err != nil {
 		return res, err
 	}
-	// Counters first, holders second: a holder that books a counter after this read changes
-	// the counter's count, and the compare-and-set then misses.
-	counters, err := s.findCounters(ctx, bson.D{})
-	if err != nil {
-		return res, err
-	}
+	// Everything written from here on carries an updatedAt after now, and a counter changed
+	// within the margin before now is skipped: what the two reads below see of an acquire or
+	// release in flight cannot lead to a write.
 	booked, err := s.booked(ctx, "")
 	if err != nil {
 		return res, err
 	}
-	cutoff := now.Add(-s.cfg.safetyMargin)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	seen := make(map[string]bool, len(counters))
+	policy := reconcilePolicy{Now: now, Margin: s.cfg.safetyMargin, Confirm: s.cfg.confirm}
 	s.mu.Lock()
 	previous := s.lowering
 	s.lowering = map[string]lowering{}
 	s.mu.Unlock()
-	for _, c := range counters {
-		seen[c.ID] = true
+	seen := make(map[string]bool, len(booked))
+	err = s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
 		want := booked[c.ID]
-		if c.Count == want && want > 0 {
-			continue
+		if want > 0 {
+			seen[c.ID] = true
 		}
-		if !c.UpdatedAt.Before(cutoff) {
+		var prev *lowering
+		if p, ok := previous[c.ID]; ok {
+			prev = &p
+		}
+		action, obs := decideCounter(counterState{Count: c.Count, UpdatedAt: c.UpdatedAt, Booked: want}, policy, prev)
+		switch action {
+		case actionNone:
+			return nil
+		case actionSkip:
 			res.Skipped++
-			continue
+			return nil
+		case actionConfirm:
+			s.mu.Lock()
+			s.lowering[c.ID] = obs
+			s.mu.Unlock()
+			res.Skipped++
+			return nil
 		}
-		if want < c.Count {
-			obs := lowering{count: c.Count, updatedAt: c.UpdatedAt, want: want, seen: now}
-			p, confirmed := previous[c.ID]
-			confirmed = confirmed && p.same(obs)
-			if confirmed {
-				obs.seen = p.seen
-			}
-			if !confirmed || now.Sub(obs.seen) < s.cfg.confirm {
-				s.mu.Lock()
-				s.lowering[c.ID] = obs
-				s.mu.Unlock()
-				res.Skipped++
-				continue
-			}
-		}
-		cas := bson.D{{Key: "_id", Value: c.ID}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
-		if want == 0 {
-			r, err := s.counters.DeleteOne(ctx, cas)
-			if err != nil {
-				return res, unavailable("deleting counter "+c.ID, err)
-			}
-			if r.DeletedCount == 1 {
-				res.Deleted++
-				if c.Count > 0 {
-					res.Lowered++
-				}
-			} else {
-				res.Skipped++
-			}
-			continue
-		}
-		r, err := s.counters.UpdateOne(ctx, cas, bson.D{
-			{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},
-			{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-		})
-		if err != nil {
-			return res, unavailable("correcting counter "+c.ID, err)
-		}
-		if r.MatchedCount == 1 {
-			res.Corrected++
-			if want < c.Count {
+		done, err := s.correctCounter(ctx, c, want, action)
+		switch {
+		case err != nil:
+			return err
+		case !done: // changed since it was read
+			res.Skipped++
+		case action == actionDelete:
+			res.Deleted++
+			if c.Count > 0 {
 				res.Lowered++
 			}
-		} else {
-			res.Skipped++
+		default:
+			res.Corrected++
+			if action == actionLower {
+				res.Lowered++
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
 	// A booked key without a counter cannot come from the funnel (it increments before it
 	// pushes); recreate it so the cap holds again.
@@ -112,46 +98,130 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 		if seen[key] {
 			continue
 		}
-		resource, level, scope, ok := splitKey(key)
-		if !ok {
-			continue
-		}
-		tenant := ""
-		if level != lease.LevelGlobal {
-			tenant, _, _ = strings.Cut(scope, "/")
-		}
-		_, err := s.counters.InsertOne(ctx, counterDoc{
-			ID: key, Resource: resource, Level: string(level), Scope: scope, Tenant: tenant, Count: n, UpdatedAt: now,
-		})
+		created, err := s.recreateCounter(ctx, key, n, now)
 		switch {
-		case mongo.IsDuplicateKeyError(err):
-			res.Skipped++
 		case err != nil:
-			return res, unavailable("recreating counter "+key, err)
-		default:
+			return res, err
+		case created:
 			res.Created++
+		default:
+			res.Skipped++
 		}
 	}
 	return res, nil
 }
 
-// booked counts, per counter key, the holders that book it (of one resource, or all).
+// correctCounter applies a reconcile decision to c by a compare-and-set on the count and
+// updatedAt it read, with its own deadline; done is false when c changed since.
+func (s *Store) correctCounter(ctx context.Context, c counterDoc, want int, action counterAction) (done bool, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cas := bson.D{{Key: "_id", Value: c.ID}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
+	if action == actionDelete {
+		r, err := s.counters.DeleteOne(ctx, cas)
+		if err != nil {
+			return false, unavailable("deleting counter "+c.ID, err)
+		}
+		return r.DeletedCount == 1, nil
+	}
+	r, err := s.counters.UpdateOne(ctx, cas, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+	})
+	if err != nil {
+		return false, unavailable("correcting counter "+c.ID, err)
+	}
+	return r.MatchedCount == 1, nil
+}
+
+// recreateCounter inserts the counter key with count n, with its own deadline; created is
+// false when a counter of that key exists (made since it was missed).
+func (s *Store) recreateCounter(ctx context.Context, key string, n int, now time.Time) (created bool, err error) {
+	resource, level, scope, ok := splitKey(key)
+	if !ok {
+		return false, nil
+	}
+	tenant := ""
+	if level != lease.LevelGlobal {
+		tenant, _, _ = strings.Cut(scope, "/")
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	_, err = s.counters.InsertOne(ctx, counterDoc{
+		ID: key, Resource: resource, Level: string(level), Scope: scope, Tenant: tenant, Count: n, UpdatedAt: now,
+	})
+	switch {
+	case mongo.IsDuplicateKeyError(err):
+		return false, nil
+	case err != nil:
+		return false, unavailable("recreating counter "+key, err)
+	}
+	return true, nil
+}
+
+// booked counts, per counter key, the holders that book it (of one resource, or all),
+// streaming the holders' levels in batches.
 func (s *Store) booked(ctx context.Context, resource string) (map[string]int, error) {
 	filter := bson.D{}
 	if resource != "" {
 		filter = append(filter, bson.E{Key: "resource", Value: resource})
 	}
-	docs, err := s.findHolders(ctx, filter, bson.D{{Key: "levels", Value: 1}})
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]int{}
-	for _, d := range docs {
-		for _, k := range d.Levels {
-			out[k]++
+	err := eachDoc(ctx, s, s.holders, "reading holders", filter, bson.D{{Key: "levels", Value: 1}}, nil,
+		func(d holderDoc) error {
+			for _, k := range d.Levels {
+				out[k]++
+			}
+			return nil
+		})
+	return out, err
+}
+
+// eachCounter calls f with every counter matching filter, in _id order, in batches.
+func (s *Store) eachCounter(ctx context.Context, filter bson.D, f func(counterDoc) error) error {
+	return eachDoc(ctx, s, s.counters, "reading counters", filter, nil, bson.D{{Key: "_id", Value: 1}}, f)
+}
+
+// eachDoc streams the documents of coll matching filter to f, readBatch per command;
+// the find and every getMore have their own deadline. An error from f stops it.
+func eachDoc[T any](ctx context.Context, s *Store, coll *mongo.Collection, what string, filter, projection, sort bson.D, f func(T) error) error {
+	opts := options.Find().SetBatchSize(readBatch)
+	if projection != nil {
+		opts.SetProjection(projection)
+	}
+	if sort != nil {
+		opts.SetSort(sort)
+	}
+	fctx, cancel := s.bound(ctx)
+	cur, err := coll.Find(fctx, filter, opts)
+	cancel()
+	if err != nil {
+		return unavailable(what, err)
+	}
+	defer func() {
+		cctx, cancel := s.bound(context.WithoutCancel(ctx))
+		defer cancel()
+		_ = cur.Close(cctx)
+	}()
+	for {
+		nctx, cancel := s.bound(ctx)
+		ok := cur.Next(nctx)
+		cancel()
+		if !ok {
+			break
+		}
+		var doc T
+		if err := cur.Decode(&doc); err != nil {
+			return unavailable(what, err)
+		}
+		if err := f(doc); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	if err := cur.Err(); err != nil {
+		return unavailable(what, err)
+	}
+	return nil
 }
 
 func (s *Store) findCounters(ctx context.Context, filter bson.D) ([]counterDoc, error) {

@@ -62,9 +62,10 @@ type config struct {
 	opTimeout    time.Duration
 	safetyMargin time.Duration
 	// confirm < 0 means the default: twice the operation timeout.
-	confirm time.Duration
-	fault   FaultFunc
-	observe func(command string)
+	confirm      time.Duration
+	fault        FaultFunc
+	observe      func(command string)
+	observeReply func(command string, docs int)
 }
 
 // Option configures a Store.
@@ -88,6 +89,13 @@ func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
 // per round trip); used by the benchmarks to count round trips.
 func WithCommandObserver(f func(command string)) Option {
 	return func(c *config) { c.observe = f }
+}
+
+// WithReplyObserver calls f with the name and the number of documents of every successful
+// reply (cursor batches, a findAndModify's value); used by the benchmarks to count the
+// documents an operation reads.
+func WithReplyObserver(f func(command string, docs int)) Option {
+	return func(c *config) { c.observeReply = f }
 }
 
 // Store keeps counters and holders in one MongoDB database.
@@ -116,11 +124,17 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 	copts := options.Client().ApplyURI(uri).
 		SetServerSelectionTimeout(cfg.opTimeout).
 		SetConnectTimeout(cfg.opTimeout)
-	if cfg.observe != nil {
-		observe := cfg.observe
-		copts.SetMonitor(&event.CommandMonitor{
-			Started: func(_ context.Context, e *event.CommandStartedEvent) { observe(e.CommandName) },
-		})
+	if cfg.observe != nil || cfg.observeReply != nil {
+		mon := &event.CommandMonitor{}
+		if observe := cfg.observe; observe != nil {
+			mon.Started = func(_ context.Context, e *event.CommandStartedEvent) { observe(e.CommandName) }
+		}
+		if observe := cfg.observeReply; observe != nil {
+			mon.Succeeded = func(_ context.Context, e *event.CommandSucceededEvent) {
+				observe(e.CommandName, replyDocs(e.Reply))
+			}
+		}
+		copts.SetMonitor(mon)
 	}
 	client, err := mongo.Connect(copts)
 	if err != nil {
@@ -287,4 +301,19 @@ func (d holderDoc) holder() lease.Holder {
 		AcquiredAt: d.AcquiredAt,
 		LastSeenAt: d.LastSeenAt,
 	}
+}
+
+// replyDocs counts the documents a reply carries: a cursor's batch, or a findAndModify's
+// value.
+func replyDocs(reply bson.Raw) int {
+	for _, batch := range []string{"firstBatch", "nextBatch"} {
+		if arr, ok := reply.Lookup("cursor", batch).ArrayOK(); ok {
+			vals, _ := arr.Values()
+			return len(vals)
+		}
+	}
+	if v, err := reply.LookupErr("value"); err == nil && v.Type == bson.TypeEmbeddedDocument {
+		return 1
+	}
+	return 0
 }

@@ -4,9 +4,22 @@
 package metrics
 
 import (
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
+
+// Path is where a process of the lease system serves its metrics: the manager on its metrics
+// address, the agent on its internal port (docs/operations.md, "Agent metrics").
+const Path = "/metrics"
+
+// Handler serves controller-runtime's registry, which Default registers with, in the
+// Prometheus text format: the same metric names and labels in the manager and the agent.
+func Handler() http.Handler {
+	return promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{})
+}
 
 // Outcomes and reasons used as label values.
 const (

@@ -42,6 +42,7 @@ const (
 type Store interface {
 	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
 	HolderPods(ctx context.Context) ([]lease.PodRef, error)
+	HolderPodsOf(ctx context.Context, pods []lease.PodRef) ([]lease.PodRef, error)
 	ReapPod(ctx context.Context, pod lease.PodRef) ([]lease.Holder, error)
 	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
 }
@@ -247,22 +248,25 @@ func (s *Sweeper) reapIfDead(ctx context.Context, pod lease.PodRef) (int, error)
 	return len(holders), err
 }
 
-// reapGone reaps the pods reported gone since the last call.
+// reapGone reaps the pods reported gone since the last call. One store query finds which of
+// them hold anything (most pods of a cluster hold nothing); only those are confirmed dead
+// with the API server and reaped, per UID their holders recorded.
 func (s *Sweeper) reapGone(ctx context.Context) {
 	s.mu.Lock()
 	pending := s.pending
 	s.pending = map[lease.PodRef]bool{}
 	s.mu.Unlock()
+	gone := make([]lease.PodRef, 0, len(pending))
 	for pod := range pending {
-		candidates := []lease.PodRef{pod}
-		if pod.UID != "" {
-			// Holders recorded without a UID name the pod only.
-			candidates = append(candidates, lease.PodRef{Namespace: pod.Namespace, Name: pod.Name})
-		}
-		for _, p := range candidates {
-			if _, err := s.reapIfDead(ctx, p); err != nil {
-				s.log.Error(err, "Immediate pod-dead reap failed; the next round retries", "pod", p.String())
-			}
+		gone = append(gone, pod)
+	}
+	holding, err := s.store.HolderPodsOf(ctx, gone)
+	if err != nil {
+		s.log.Error(err, "Immediate pod-dead reap failed; the next round retries", "pods", len(gone))
+	}
+	for _, p := range holding {
+		if _, err := s.reapIfDead(ctx, p); err != nil {
+			s.log.Error(err, "Immediate pod-dead reap failed; the next round retries", "pod", p.String())
 		}
 	}
 }

@@ -445,6 +445,33 @@ var _ = Describe("The lease system", func() {
 		expectAtRest(tenant)
 	})
 
+	// Failed before the agent served /metrics: the consumer path (acquire, check, release on
+	// the agent) was invisible.
+	It("exports the consumer path's metrics on the agent's internal port, with the manager's names", func() {
+		const tenant = "umbrella"
+		sample := func(s, name string, labels map[string]string) float64 {
+			v, _ := metric(s, name, labels)
+			return v
+		}
+		tex := func(outcome string) map[string]string {
+			return map[string]string{"resource": "tex", "outcome": outcome}
+		}
+		before := scrapeURL(Default, agentMetricsURL)
+
+		l := agentAPI.mustAcquire(acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: "agent-metrics", User: "ann"}.withWait(0))
+		Expect(agentAPI.check(Default, l.Token).Status).To(Equal(http.StatusOK))
+		Expect(agentAPI.release(Default, l.Token).Status).To(Equal(http.StatusOK))
+
+		s := scrapeURL(Default, agentMetricsURL)
+		Expect(sample(s, "vance_lease_acquire_total", tex("success"))).To(Equal(sample(before, "vance_lease_acquire_total", tex("success")) + 1))
+		Expect(sample(s, "vance_lease_check_total", tex("ok"))).To(Equal(sample(before, "vance_lease_check_total", tex("ok")) + 1))
+		Expect(sample(s, "vance_lease_release_total", tex("ok"))).To(Equal(sample(before, "vance_lease_release_total", tex("ok")) + 1))
+		for _, name := range []string{"vance_lease_revocation_dropped_total", "vance_lease_acquire_wait_seconds_count"} {
+			Expect(s).To(ContainSubstring(name))
+		}
+		expectAtRest(tenant)
+	})
+
 	// Failed before cmd/manager registered the dispatcher's collectors with the metrics
 	// registry.
 	It("exports the revocation dispatch metrics on the manager's metrics endpoint", func() {
@@ -546,9 +573,11 @@ func revocationEvents(g Gomega, pod string) []corev1.Event {
 }
 
 // scrape reads the manager's metrics endpoint.
-func scrape(g Gomega) string {
+func scrape(g Gomega) string { return scrapeURL(g, metricsURL) }
+
+func scrapeURL(g Gomega, url string) string {
 	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get(metricsURL)
+	resp, err := c.Get(url)
 	g.ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	defer func() { _ = resp.Body.Close() }()
 	g.ExpectWithOffset(1, resp.StatusCode).To(Equal(http.StatusOK))

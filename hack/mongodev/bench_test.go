@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// BenchmarkWriteByID measures single-document commands by _id, through the proxy, on a
+// collection of 0, 1 000 and 4 000 other documents: a write by _id must not grow with the
+// collection (docs/operations.md, "The development store").
+func BenchmarkWriteByID(b *testing.B) {
+	ctx := context.Background()
+	for _, size := range []int{0, 1000, 4000} {
+		db := dbName("bench")
+		c := connect(b, proxyURI).Database(db).Collection("c")
+		docs := make([]any, 0, size)
+		for i := range size {
+			docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("doc-%06d", i)}, {Key: "count", Value: 1}, {Key: "pad", Value: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}})
+		}
+		if size > 0 {
+			if _, err := c.InsertMany(ctx, docs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: "target"}, {Key: "count", Value: 0}}); err != nil {
+			b.Fatal(err)
+		}
+		id := bson.D{{Key: "_id", Value: "target"}}
+		b.Run(fmt.Sprintf("findOne/docs=%d", size), func(b *testing.B) {
+			for b.Loop() {
+				if err := c.FindOne(ctx, id).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("updateOne/docs=%d", size), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := c.UpdateOne(ctx, id, bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("updateOneConditional/docs=%d", size), func(b *testing.B) {
+			filter := bson.D{{Key: "_id", Value: "target"}, {Key: "count", Value: bson.D{{Key: "$gte", Value: 0}}}}
+			for b.Loop() {
+				if _, err := c.UpdateOne(ctx, filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("findOneAndDelete+insert/docs=%d", size), func(b *testing.B) {
+			for b.Loop() {
+				if err := c.FindOneAndDelete(ctx, id).Err(); err != nil && err != mongo.ErrNoDocuments {
+					b.Fatal(err)
+				}
+				if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: "target"}, {Key: "count", Value: 0}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

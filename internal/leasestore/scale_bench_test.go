@@ -1,0 +1,105 @@
+package leasestore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// traffic counts an operation's round trips and the documents its replies carried.
+type traffic struct{ trips, docs atomic.Int64 }
+
+func (t *traffic) started(string)          { t.trips.Add(1) }
+func (t *traffic) replied(_ string, n int) { t.docs.Add(int64(n)) }
+
+// peakHeap samples the heap in use while it runs and returns the highest value, in MiB.
+func peakHeap(stop <-chan struct{}) <-chan float64 {
+	out := make(chan float64, 1)
+	go func() {
+		var peak uint64
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-stop:
+				out <- float64(peak) / (1 << 20)
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
+
+// BenchmarkScale measures how the store's operations grow with the holders: 1 000 and 10 000
+// holders over 1 000 tenants (100 000 with LEASE_BENCH_100K=1; filling takes minutes on the
+// development server). Per operation it reports store round trips, documents read (counted
+// with the driver's command monitor; they carry over to MongoDB) and the peak heap in use.
+// Acquire (with its release) must stay flat; the idle sweep, reconcile and the pod scan
+// linear, in batches; a gone pod that holds nothing costs one small query.
+func BenchmarkScale(b *testing.B) {
+	sizes := []int{1000, 10000}
+	if os.Getenv("LEASE_BENCH_100K") != "" {
+		sizes = append(sizes, 100000)
+	}
+	uri, err := mongotest.URI()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range sizes {
+		db := mongotest.DatabaseName(b)
+		tr := &traffic{}
+		s := newStoreAt(b, uri, db, leasestore.WithCommandObserver(tr.started), leasestore.WithReplyObserver(tr.replied))
+		fillHolders(b, uri, db, n, 1000)
+		ctx := context.Background()
+		gone := make([]lease.PodRef, 100)
+		for i := range gone {
+			gone[i] = lease.PodRef{Namespace: "ns", Name: fmt.Sprintf("gone-%d", i)}
+		}
+		ops := []struct {
+			name string
+			run  func() error
+		}{
+			{"acquire+release", func() error {
+				h, err := s.Acquire(ctx, request("r", "t0001", "p", "bench", allCaps(1<<20, 1<<20, 1<<20, 1<<20)))
+				if err != nil {
+					return err
+				}
+				_, err = s.Release(ctx, h.Token)
+				return err
+			}},
+			{"idle-sweep", func() error { _, err := s.ReapIdle(ctx, ""); return err }},
+			{"pod-scan", func() error { _, err := s.HolderPods(ctx); return err }},
+			{"100-gone-pods", func() error { _, err := s.HolderPodsOf(ctx, gone); return err }},
+			{"reconcile", func() error { _, err := s.Reconcile(ctx); return err }},
+		}
+		for _, op := range ops {
+			b.Run(fmt.Sprintf("%s/holders=%d", op.name, n), func(b *testing.B) {
+				tr.trips.Store(0)
+				tr.docs.Store(0)
+				stop := make(chan struct{})
+				peak := peakHeap(stop)
+				var once sync.Once
+				for b.Loop() {
+					if err := op.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				once.Do(func() { close(stop) })
+				b.ReportMetric(float64(tr.trips.Load())/float64(b.N), "trips/op")
+				b.ReportMetric(float64(tr.docs.Load())/float64(b.N), "docs/op")
+				b.ReportMetric(<-peak, "peakHeapMiB")
+			})
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package leasestore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// fillHolders writes n holders of resource "r" spread over the given number of tenants
+// straight into the database (as many acquisitions would, much faster), each booking the
+// global and its tenant's counter, and those counters with matching counts. Holders are
+// from pods pod-0 ... pod-99 in namespace ns, with a TTL of an hour.
+func fillHolders(t testing.TB, uri, db string, n, tenants int) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Disconnect(ctx) }()
+	holders := c.Database(db).Collection(leasestore.HoldersCollection)
+	now := time.Now().UTC()
+	global := lease.CounterKey("r", lease.LevelGlobal, "*")
+	perTenant := map[string]int{}
+	const chunk = 1000
+	for start := 0; start < n; start += chunk {
+		var docs []any
+		for i := start; i < min(start+chunk, n); i++ {
+			tenant := fmt.Sprintf("t%04d", i%tenants)
+			tkey := lease.CounterKey("r", lease.LevelTenant, tenant)
+			perTenant[tenant]++
+			docs = append(docs, bson.D{
+				{Key: "_id", Value: fmt.Sprintf("%032x", i+1)}, {Key: "state", Value: "ACTIVE"},
+				{Key: "leaseName", Value: "r"}, {Key: "resource", Value: "r"}, {Key: "type", Value: "tex"},
+				{Key: "tenant", Value: tenant}, {Key: "project", Value: "p"}, {Key: "user", Value: "u"},
+				{Key: "holderRef", Value: "job"},
+				{Key: "pod", Value: bson.D{{Key: "namespace", Value: "ns"}, {Key: "name", Value: fmt.Sprintf("pod-%d", i%100)}, {Key: "uid", Value: fmt.Sprintf("uid-%d", i%100)}}},
+				{Key: "podBound", Value: true}, {Key: "payload", Value: bson.D{}}, {Key: "ttlSeconds", Value: 3600.0},
+				{Key: "levels", Value: bson.A{tkey, global}},
+				{Key: "acquiredAt", Value: now}, {Key: "lastSeenAt", Value: now},
+			})
+		}
+		if _, err := holders.InsertMany(ctx, docs); err != nil {
+			t.Fatalf("filling holders: %v", err)
+		}
+	}
+	old := now.Add(-time.Hour) // outside any safety margin
+	counters := []any{bson.D{{Key: "_id", Value: global}, {Key: "resource", Value: "r"}, {Key: "level", Value: "global"},
+		{Key: "scope", Value: "*"}, {Key: "tenant", Value: ""}, {Key: "count", Value: n}, {Key: "updatedAt", Value: old}}}
+	for tenant, k := range perTenant {
+		counters = append(counters, bson.D{{Key: "_id", Value: lease.CounterKey("r", lease.LevelTenant, tenant)},
+			{Key: "resource", Value: "r"}, {Key: "level", Value: "tenant"}, {Key: "scope", Value: tenant},
+			{Key: "tenant", Value: tenant}, {Key: "count", Value: k}, {Key: "updatedAt", Value: old}})
+	}
+	if _, err := c.Database(db).Collection(leasestore.CountersCollection).InsertMany(ctx, counters); err != nil {
+		t.Fatalf("filling counters: %v", err)
+	}
+}
+
+// TestReconcileStreamsALargeStore: reconcile of a store with many holders reads them in
+// batches, each command with its own deadline, so an operation timeout far shorter than
+// reading everything at once does not fail it; with a drift, it still corrects.
+func TestReconcileStreamsALargeStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills the store")
+	}
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	s := newStoreAt(t, uri, db, leasestore.WithOpTimeout(time.Second), leasestore.WithSafetyMargin(time.Minute))
+	const n, tenants = 20000, 1000
+	fillHolders(t, uri, db, n, tenants)
+	// A lost counter: reconcile must find that its key is booked and recreate it.
+	deleteCounter(t, uri, db, lease.CounterKey("r", lease.LevelTenant, "t0007"))
+
+	res, err := s.Reconcile(ctxT(t))
+	if err != nil {
+		t.Fatalf("reconcile of %d holders with a 1s operation timeout: %v", n, err)
+	}
+	if want := (leasestore.ReconcileResult{Created: 1}); res != want {
+		t.Errorf("reconcile = %+v, want %+v", res, want)
+	}
+}
