@@ -144,6 +144,7 @@ func run(m *testing.M) (int, error) {
 		Store:    store,
 		Tenants:  staticTenants{system: systemNS, byNS: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
 		Listener: disp,
+		Pods:     selfOnly{},
 		Metrics:  reaps,
 	})
 	if err != nil {
@@ -165,6 +166,12 @@ type selfOnly struct{}
 func (selfOnly) WaitForSync(context.Context) bool     { return true }
 func (selfOnly) Alive(p lease.PodRef) bool            { return p == self }
 func (selfOnly) Endpoint(lease.PodRef) (string, bool) { return "", false }
+func (selfOnly) Status(p lease.PodRef) (string, bool) {
+	if p == self {
+		return "", true
+	}
+	return "PodNotFound", false
+}
 
 // Users of the suite and their kubeconfig files.
 var (
