@@ -32,6 +32,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
@@ -57,6 +58,7 @@ type managerFlags struct {
 	agentPort       int
 	webhookPort     int
 	webhookCertDir  string
+	live            liveAPIFlags
 }
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
@@ -78,6 +80,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.agentPort, "agent-internal-port", inject.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
+	f.live.bind(fs)
 }
 
 func runManager(args []string) error {
@@ -171,6 +174,9 @@ func runManager(args []string) error {
 	mux.Handle(adminapi.PathPrefix, adminapi.NewHandler(store, dispatcher, sweep, f.adminSecret,
 		adminapi.WithMetrics(m), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 
+	if err := setupLiveAPI(ctx, mgr, f.live, self.Namespace, liveapi.Deps{Store: store, Listener: dispatcher, Sweeper: sweep, Pods: watcher, Metrics: m}); err != nil {
+		return err
+	}
 	for _, r := range []manager.Runnable{watcher, dispatcher, sweep, httpServer{name: "admission API", addr: f.apiAddr, handler: mux}} {
 		if err := mgr.Add(r); err != nil {
 			return fmt.Errorf("adding runnable: %w", err)

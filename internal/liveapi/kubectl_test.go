@@ -35,7 +35,9 @@ func mustKubectl(t *testing.T, kubeconfig string, args ...string) string {
 }
 
 // fields splits a table line on runs of spaces.
-func fields(line string) []string { return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1) }
+func fields(line string) []string {
+	return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+}
 
 // TestKubectl drives the real kubectl as a tenant user: get with the server's columns,
 // -o wide, -o yaml, delete (a revocation), and watch's clear refusal.
