@@ -4,19 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -25,7 +20,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/tenancy"
-	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
+	"github.com/vancetope/lease-operator/internal/testutil/livetest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
 
@@ -35,13 +30,16 @@ const (
 	systemNS = "lease-system"
 	nsAcme   = "acme"
 	nsGlobex = "globex"
+	nsBench  = "bench"
 )
 
 var (
-	env     *aggregatortest.Env
-	store   *leasestore.Store
-	reaps   *metrics.Metrics
-	handled = &handledTokens{seen: map[string]bool{}}
+	// storeCommands counts the store's round trips (benchmarks).
+	storeCommands atomic.Int64
+	env           *livetest.Env
+	store         *leasestore.Store
+	reaps         *metrics.Metrics
+	handled       = &handledTokens{seen: map[string]bool{}}
 	// self is the manager's pod: holders of this pod are revoked here, so the registered
 	// handler runs in the test process.
 	self = lease.PodRef{Namespace: systemNS, Name: "manager-0", UID: "uid-manager-0"}
@@ -88,7 +86,8 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("test MongoDB: %w", err)
 	}
-	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()))
+	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()),
+		leasestore.WithCommandObserver(func(string) { storeCommands.Add(1) }))
 	if err != nil {
 		return 1, err
 	}
@@ -101,11 +100,6 @@ func run(m *testing.M) (int, error) {
 	if err := store.EnsureIndexes(ctx); err != nil {
 		return 1, err
 	}
-	if env, err = aggregatortest.Start(); err != nil {
-		return 1, err
-	}
-	defer func() { _ = env.Stop() }()
-
 	reg := prometheus.NewRegistry()
 	reaps = metrics.New(reg)
 	registry := revocation.NewRegistry()
@@ -116,25 +110,18 @@ func run(m *testing.M) (int, error) {
 		revocation.WithMetrics(reaps), revocation.WithRegisterer(reg))
 	go func() { _ = disp.Start(ctx) }()
 
-	l, port, err := aggregatortest.FreePort()
-	if err != nil {
-		return 1, err
-	}
-	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
+	env, err = livetest.Start(ctx, liveapi.Deps{
 		Store:    store,
-		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
+		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
 		Listener: disp,
 		Pods:     selfOnly{},
 		Metrics:  reaps,
-	})
+	}, nsAcme, nsGlobex, nsBench)
 	if err != nil {
 		return 1, err
 	}
-	go func() { _ = srv.Run(ctx) }()
-	if err := env.Register(ctx, livev1alpha1.GroupVersion, systemNS, port); err != nil {
-		return 1, fmt.Errorf("registering the live API: %w", err)
-	}
-	if err := setupRBAC(ctx); err != nil {
+	defer func() { _ = env.Stop() }()
+	if err := setupUsers(ctx); err != nil {
 		return 1, err
 	}
 	return m.Run(), nil
@@ -159,56 +146,16 @@ var (
 	aliceFile, bobFile, operatorFile string
 )
 
-// setupRBAC creates the tenant namespaces and binds the shipped roles: alice views and
-// revokes in acme, bob in globex, operator everywhere.
-func setupRBAC(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
+// setupUsers binds the shipped roles: alice views and revokes in acme, bob in globex,
+// operator everywhere.
+func setupUsers(ctx context.Context) (err error) {
+	if err := env.Bind(ctx, "alice", nsAcme, livetest.RoleViewer, livetest.RoleRevoker); err != nil {
 		return err
 	}
-	for _, ns := range []string{nsAcme, nsGlobex} {
-		if err := createNamespace(ctx, cs, ns); err != nil {
-			return err
-		}
-	}
-	for _, f := range []string{"live_viewer_role.yaml", "live_revoker_role.yaml", "live_operator_role.yaml"} {
-		var role rbacv1.ClusterRole
-		b, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", f))
-		if err != nil {
-			return err
-		}
-		if err := yaml.UnmarshalStrict(b, &role); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	bind := func(user, ns string, roles ...string) error {
-		for _, r := range roles {
-			rb := &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r, Namespace: ns},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-			}
-			if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := bind("alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
+	if err := env.Bind(ctx, "bob", nsGlobex, livetest.RoleViewer, livetest.RoleRevoker); err != nil {
 		return err
 	}
-	if err := bind("bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
-		return err
-	}
-	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "operator-live"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "live-operator"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "operator"}},
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+	if err := env.BindCluster(ctx, "operator", livetest.RoleOperator); err != nil {
 		return err
 	}
 	if alice, aliceFile, err = env.User("alice"); err != nil {
@@ -218,10 +165,5 @@ func setupRBAC(ctx context.Context) error {
 		return err
 	}
 	operator, operatorFile, err = env.User("operator")
-	return err
-}
-
-func createNamespace(ctx context.Context, cs kubernetes.Interface, ns string) error {
-	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	return err
 }
