@@ -100,6 +100,11 @@ func TestKubectl(t *testing.T) {
 	if err == nil || !strings.Contains(errOut, "forbidden") {
 		t.Errorf("bob deletes in acme: err %v, stderr %q; want forbidden", err, errOut)
 	}
+	// A server-side dry run answers and changes nothing.
+	mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.Token, "--dry-run=server")
+	if err := store.Touch(ctxT(t), h.Token); err != nil {
+		t.Fatalf("holder after a dry-run delete: %v, want held", err)
+	}
 	out = mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.Token)
 	if want := `leaseholder.live.lease.vancetope.io "` + h.Token + `" deleted`; strings.TrimSpace(out) != want {
 		t.Errorf("kubectl delete printed %q, want %q", out, want)
