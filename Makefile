@@ -36,7 +36,7 @@ generate: $(CONTROLLER_GEN) $(OPENAPI_GEN) ## Generate DeepCopy methods and the 
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 	$(OPENAPI_GEN) --go-header-file hack/boilerplate.go.txt --output-dir api/live/openapi \
 		--output-pkg $(shell go list -m)/api/live/openapi --output-file zz_generated.openapi.go \
-		--report-filename hack/openapi-violations.list \
+		--output-model-name-file zz_generated.model_name.go --report-filename hack/openapi-violations.list \
 		./api/live/v1alpha1 k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version
 
 .PHONY: fmt

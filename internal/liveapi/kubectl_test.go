@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 )
@@ -111,6 +112,24 @@ func TestKubectl(t *testing.T) {
 	}
 	if err := store.Touch(ctxT(t), h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("check after kubectl delete: %v, want ErrLost", err)
+	}
+}
+
+// TestExplain: the generated OpenAPI reaches kubectl explain through the aggregator.
+func TestExplain(t *testing.T) {
+	var out, errOut string
+	var err error
+	// The aggregator fetches the OpenAPI of a new APIService in the background.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, errOut, err = kubectl(t, env.AdminKubeconfig, "explain", "leaseholders.spec.podBound")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second) // polling the aggregator's OpenAPI, as Eventually does
+	}
+	if err != nil || !strings.Contains(out, "dies with its pod") {
+		t.Errorf("kubectl explain: err %v\n%s%s", err, out, errOut)
 	}
 }
 

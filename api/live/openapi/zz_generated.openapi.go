@@ -22,6 +22,7 @@ limitations under the License.
 package openapi
 
 import (
+	v1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	version "k8s.io/apimachinery/pkg/version"
@@ -31,71 +32,71 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseCounter":      schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseCounterList":  schema_lease_operator_api_live_v1alpha1_LeaseCounterList(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder":       schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderList":   schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderSpec":   schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderStatus": schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.PodRevocation":     schema_lease_operator_api_live_v1alpha1_PodRevocation(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.Reconcile":         schema_lease_operator_api_live_v1alpha1_Reconcile(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.ReconcileResult":   schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.Sweep":             schema_lease_operator_api_live_v1alpha1_Sweep(ref),
-		"github.com/vancetope/lease-operator/api/live/v1alpha1.SweepResult":       schema_lease_operator_api_live_v1alpha1_SweepResult(ref),
-		v1.APIGroup{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_APIGroup(ref),
-		v1.APIGroupList{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_APIGroupList(ref),
-		v1.APIResource{}.OpenAPIModelName():                                       schema_pkg_apis_meta_v1_APIResource(ref),
-		v1.APIResourceList{}.OpenAPIModelName():                                   schema_pkg_apis_meta_v1_APIResourceList(ref),
-		v1.APIVersions{}.OpenAPIModelName():                                       schema_pkg_apis_meta_v1_APIVersions(ref),
-		v1.ApplyOptions{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_ApplyOptions(ref),
-		v1.Condition{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_Condition(ref),
-		v1.CreateOptions{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_CreateOptions(ref),
-		v1.DeleteOptions{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_DeleteOptions(ref),
-		v1.Duration{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_Duration(ref),
-		v1.FieldSelectorRequirement{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
-		v1.FieldsV1{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_FieldsV1(ref),
-		v1.GetOptions{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_GetOptions(ref),
-		v1.GroupKind{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_GroupKind(ref),
-		v1.GroupResource{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_GroupResource(ref),
-		v1.GroupVersion{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_GroupVersion(ref),
-		v1.GroupVersionForDiscovery{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
-		v1.GroupVersionKind{}.OpenAPIModelName():                                  schema_pkg_apis_meta_v1_GroupVersionKind(ref),
-		v1.GroupVersionResource{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_GroupVersionResource(ref),
-		v1.InternalEvent{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_InternalEvent(ref),
-		v1.LabelSelector{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_LabelSelector(ref),
-		v1.LabelSelectorRequirement{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
-		v1.List{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_List(ref),
-		v1.ListMeta{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_ListMeta(ref),
-		v1.ListOptions{}.OpenAPIModelName():                                       schema_pkg_apis_meta_v1_ListOptions(ref),
-		v1.ManagedFieldsEntry{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
-		v1.MicroTime{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_MicroTime(ref),
-		v1.ObjectMeta{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_ObjectMeta(ref),
-		v1.OwnerReference{}.OpenAPIModelName():                                    schema_pkg_apis_meta_v1_OwnerReference(ref),
-		v1.PartialObjectMetadata{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
-		v1.PartialObjectMetadataList{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
-		v1.Patch{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_Patch(ref),
-		v1.PatchOptions{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_PatchOptions(ref),
-		v1.Preconditions{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_Preconditions(ref),
-		v1.RootPaths{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_RootPaths(ref),
-		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
-		v1.ShardInfo{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_ShardInfo(ref),
-		v1.Status{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_Status(ref),
-		v1.StatusCause{}.OpenAPIModelName():                                       schema_pkg_apis_meta_v1_StatusCause(ref),
-		v1.StatusDetails{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_StatusDetails(ref),
-		v1.Table{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_Table(ref),
-		v1.TableColumnDefinition{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
-		v1.TableOptions{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_TableOptions(ref),
-		v1.TableRow{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_TableRow(ref),
-		v1.TableRowCondition{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_TableRowCondition(ref),
-		v1.Time{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_Time(ref),
-		v1.Timestamp{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_Timestamp(ref),
-		v1.TypeMeta{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_TypeMeta(ref),
-		v1.UpdateOptions{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_UpdateOptions(ref),
-		v1.WatchEvent{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_WatchEvent(ref),
-		runtime.RawExtension{}.OpenAPIModelName():                                 schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
-		runtime.TypeMeta{}.OpenAPIModelName():                                     schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
-		runtime.Unknown{}.OpenAPIModelName():                                      schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
-		version.Info{}.OpenAPIModelName():                                         schema_k8sio_apimachinery_pkg_version_Info(ref),
+		v1alpha1.LeaseCounter{}.OpenAPIModelName():        schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref),
+		v1alpha1.LeaseCounterList{}.OpenAPIModelName():    schema_lease_operator_api_live_v1alpha1_LeaseCounterList(ref),
+		v1alpha1.LeaseHolder{}.OpenAPIModelName():         schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref),
+		v1alpha1.LeaseHolderList{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref),
+		v1alpha1.LeaseHolderSpec{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref),
+		v1alpha1.LeaseHolderStatus{}.OpenAPIModelName():   schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref),
+		v1alpha1.PodRevocation{}.OpenAPIModelName():       schema_lease_operator_api_live_v1alpha1_PodRevocation(ref),
+		v1alpha1.Reconcile{}.OpenAPIModelName():           schema_lease_operator_api_live_v1alpha1_Reconcile(ref),
+		v1alpha1.ReconcileResult{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref),
+		v1alpha1.Sweep{}.OpenAPIModelName():               schema_lease_operator_api_live_v1alpha1_Sweep(ref),
+		v1alpha1.SweepResult{}.OpenAPIModelName():         schema_lease_operator_api_live_v1alpha1_SweepResult(ref),
+		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
+		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
+		v1.APIResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIResource(ref),
+		v1.APIResourceList{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_APIResourceList(ref),
+		v1.APIVersions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIVersions(ref),
+		v1.ApplyOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_ApplyOptions(ref),
+		v1.Condition{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Condition(ref),
+		v1.CreateOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_CreateOptions(ref),
+		v1.DeleteOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_DeleteOptions(ref),
+		v1.Duration{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_Duration(ref),
+		v1.FieldSelectorRequirement{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
+		v1.FieldsV1{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_FieldsV1(ref),
+		v1.GetOptions{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_GetOptions(ref),
+		v1.GroupKind{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_GroupKind(ref),
+		v1.GroupResource{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_GroupResource(ref),
+		v1.GroupVersion{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_GroupVersion(ref),
+		v1.GroupVersionForDiscovery{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
+		v1.GroupVersionKind{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_GroupVersionKind(ref),
+		v1.GroupVersionResource{}.OpenAPIModelName():      schema_pkg_apis_meta_v1_GroupVersionResource(ref),
+		v1.InternalEvent{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_InternalEvent(ref),
+		v1.LabelSelector{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_LabelSelector(ref),
+		v1.LabelSelectorRequirement{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
+		v1.List{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_List(ref),
+		v1.ListMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_ListMeta(ref),
+		v1.ListOptions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_ListOptions(ref),
+		v1.ManagedFieldsEntry{}.OpenAPIModelName():        schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
+		v1.MicroTime{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_MicroTime(ref),
+		v1.ObjectMeta{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_ObjectMeta(ref),
+		v1.OwnerReference{}.OpenAPIModelName():            schema_pkg_apis_meta_v1_OwnerReference(ref),
+		v1.PartialObjectMetadata{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
+		v1.PartialObjectMetadataList{}.OpenAPIModelName(): schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
+		v1.Patch{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Patch(ref),
+		v1.PatchOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_PatchOptions(ref),
+		v1.Preconditions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_Preconditions(ref),
+		v1.RootPaths{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_RootPaths(ref),
+		v1.ServerAddressByClientCIDR{}.OpenAPIModelName(): schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
+		v1.ShardInfo{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_ShardInfo(ref),
+		v1.Status{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_Status(ref),
+		v1.StatusCause{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_StatusCause(ref),
+		v1.StatusDetails{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_StatusDetails(ref),
+		v1.Table{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Table(ref),
+		v1.TableColumnDefinition{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
+		v1.TableOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_TableOptions(ref),
+		v1.TableRow{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TableRow(ref),
+		v1.TableRowCondition{}.OpenAPIModelName():         schema_pkg_apis_meta_v1_TableRowCondition(ref),
+		v1.Time{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_Time(ref),
+		v1.Timestamp{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Timestamp(ref),
+		v1.TypeMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TypeMeta(ref),
+		v1.UpdateOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_UpdateOptions(ref),
+		v1.WatchEvent{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_WatchEvent(ref),
+		runtime.RawExtension{}.OpenAPIModelName():         schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
+		runtime.TypeMeta{}.OpenAPIModelName():             schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
+		runtime.Unknown{}.OpenAPIModelName():              schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
+		version.Info{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_version_Info(ref),
 	}
 }
 
@@ -230,7 +231,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounterList(ref common.Referen
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseCounter"),
+										Ref: ref(v1alpha1.LeaseCounter{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -241,7 +242,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounterList(ref common.Referen
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseCounter", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.LeaseCounter{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -277,14 +278,14 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref common.ReferenceCal
 						SchemaProps: spec.SchemaProps{
 							Description: "spec is what the holder asked for.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderSpec"),
+							Ref:         ref(v1alpha1.LeaseHolderSpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
 							Description: "status is the holder's state as the store and the pod watcher see it.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderStatus"),
+							Ref:         ref(v1alpha1.LeaseHolderStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -292,7 +293,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref common.ReferenceCal
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderSpec", "github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolderStatus", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.LeaseHolderSpec{}.OpenAPIModelName(), v1alpha1.LeaseHolderStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -329,7 +330,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref common.Referenc
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder"),
+										Ref: ref(v1alpha1.LeaseHolder{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -340,7 +341,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref common.Referenc
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.LeaseHolder{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -600,7 +601,7 @@ func schema_lease_operator_api_live_v1alpha1_PodRevocation(ref common.ReferenceC
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder"),
+										Ref: ref(v1alpha1.LeaseHolder{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -611,7 +612,7 @@ func schema_lease_operator_api_live_v1alpha1_PodRevocation(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.LeaseHolder{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -646,14 +647,14 @@ func schema_lease_operator_api_live_v1alpha1_Reconcile(ref common.ReferenceCallb
 						SchemaProps: spec.SchemaProps{
 							Description: "result is what the reconcile did (filled in by the server).",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/vancetope/lease-operator/api/live/v1alpha1.ReconcileResult"),
+							Ref:         ref(v1alpha1.ReconcileResult{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.ReconcileResult", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.ReconcileResult{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -730,14 +731,14 @@ func schema_lease_operator_api_live_v1alpha1_Sweep(ref common.ReferenceCallback)
 						SchemaProps: spec.SchemaProps{
 							Description: "result is the round's counts (filled in by the server).",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/vancetope/lease-operator/api/live/v1alpha1.SweepResult"),
+							Ref:         ref(v1alpha1.SweepResult{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.SweepResult", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.SweepResult{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -768,7 +769,7 @@ func schema_lease_operator_api_live_v1alpha1_SweepResult(ref common.ReferenceCal
 						SchemaProps: spec.SchemaProps{
 							Description: "reconcile is the round's reconcile.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/vancetope/lease-operator/api/live/v1alpha1.ReconcileResult"),
+							Ref:         ref(v1alpha1.ReconcileResult{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -776,7 +777,7 @@ func schema_lease_operator_api_live_v1alpha1_SweepResult(ref common.ReferenceCal
 			},
 		},
 		Dependencies: []string{
-			"github.com/vancetope/lease-operator/api/live/v1alpha1.ReconcileResult"},
+			v1alpha1.ReconcileResult{}.OpenAPIModelName()},
 	}
 }
 

@@ -8,4 +8,5 @@
 // +kubebuilder:skip
 // +groupName=live.lease.vancetope.io
 // +k8s:openapi-gen=true
+// +k8s:openapi-model-package=io.vancetope.lease.live.v1alpha1
 package v1alpha1
