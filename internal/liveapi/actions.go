@@ -68,7 +68,7 @@ func dryRun(o *metav1.CreateOptions) bool { return o != nil && len(o.DryRun) > 0
 // podRevocationStorage revokes every holder of a pod (namespace/name, whatever its UID).
 type podRevocationStorage action
 
-var _ rest.Creater = (*podRevocationStorage)(nil)
+var _ rest.Creater = (*podRevocationStorage)(nil) //nolint:misspell // the apiserver spells its interface so
 
 func (s *podRevocationStorage) New() runtime.Object     { return &livev1alpha1.PodRevocation{} }
 func (s *podRevocationStorage) Destroy()                {}
@@ -109,7 +109,7 @@ func (s *podRevocationStorage) Create(ctx context.Context, obj runtime.Object, v
 // sweepStorage runs one reaper round now; the sweeper dispatches and counts what it reaps.
 type sweepStorage action
 
-var _ rest.Creater = (*sweepStorage)(nil)
+var _ rest.Creater = (*sweepStorage)(nil) //nolint:misspell // the apiserver spells its interface so
 
 func (s *sweepStorage) New() runtime.Object     { return &livev1alpha1.Sweep{} }
 func (s *sweepStorage) Destroy()                {}
@@ -141,7 +141,7 @@ func (s *sweepStorage) Create(ctx context.Context, obj runtime.Object, validate 
 // reconcileStorage corrects counter drift now.
 type reconcileStorage action
 
-var _ rest.Creater = (*reconcileStorage)(nil)
+var _ rest.Creater = (*reconcileStorage)(nil) //nolint:misspell // the apiserver spells its interface so
 
 func (s *reconcileStorage) New() runtime.Object     { return &livev1alpha1.Reconcile{} }
 func (s *reconcileStorage) Destroy()                {}
