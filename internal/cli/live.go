@@ -53,7 +53,10 @@ type liveClient struct {
 	host string
 	// namespace is -n; empty means all namespaces.
 	namespace string
-	system    string
+	// contextNamespace is the namespace the kubeconfig's context names, if it names one:
+	// where a user refused cluster-wide reads instead.
+	contextNamespace string
+	system           string
 }
 
 // clientConfig loads the kubeconfig: --kubeconfig, else $KUBECONFIG, else ~/.kube/config.
@@ -93,7 +96,17 @@ func (o *options) live() (*liveClient, error) {
 	if system == "" {
 		system = o.env(EnvSystemNamespace, DefaultSystemNamespace)
 	}
-	return &liveClient{rc: rc, host: cfg.Host, namespace: o.namespace, system: system}, nil
+	c := &liveClient{rc: rc, host: cfg.Host, namespace: o.namespace, system: system}
+	if raw, err := o.clientConfig().RawConfig(); err == nil {
+		name := o.kube.context
+		if name == "" {
+			name = raw.CurrentContext
+		}
+		if ctx, ok := raw.Contexts[name]; ok {
+			c.contextNamespace = ctx.Namespace
+		}
+	}
+	return c, nil
 }
 
 // wrap explains a failed call: what the user can do about it.
@@ -109,6 +122,16 @@ func (c *liveClient) wrap(op string, err error) error {
 		return fmt.Errorf("%s: %w; if no manager answers, --force acts directly in MongoDB (no handler runs)", op, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// narrowOnForbidden moves a read refused across all namespaces to the kubeconfig context's
+// namespace, as kubectl reads there by default; it reports whether to retry.
+func (c *liveClient) narrowOnForbidden(err error) bool {
+	if c.namespace == "" && c.contextNamespace != "" && apierrors.IsForbidden(err) {
+		c.namespace = c.contextNamespace
+		return true
+	}
+	return false
 }
 
 // holderSelectors turns the plugin's holder filter into selectors.
@@ -140,6 +163,9 @@ func (c *liveClient) listHolders(ctx context.Context, f leasestore.HolderFilter)
 		var list livev1alpha1.LeaseHolderList
 		err := c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceHolders).
 			VersionedParams(&opts, liveParams).Do(ctx).Into(&list)
+		if err != nil && len(out) == 0 && c.narrowOnForbidden(err) {
+			continue
+		}
 		if err != nil {
 			return nil, c.wrap("listing holders", err)
 		}
@@ -180,8 +206,14 @@ func (c *liveClient) listCounters(ctx context.Context, f leasestore.CounterFilte
 		labels = append(labels, livev1alpha1.LabelLevel+"="+string(f.Level))
 	}
 	var list livev1alpha1.LeaseCounterList
-	err := c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceCounters).
-		VersionedParams(&metav1.ListOptions{LabelSelector: strings.Join(labels, ",")}, liveParams).Do(ctx).Into(&list)
+	get := func() error {
+		return c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceCounters).
+			VersionedParams(&metav1.ListOptions{LabelSelector: strings.Join(labels, ",")}, liveParams).Do(ctx).Into(&list)
+	}
+	err := get()
+	if err != nil && c.narrowOnForbidden(err) {
+		err = get()
+	}
 	if err != nil {
 		return nil, c.wrap("listing counters", err)
 	}

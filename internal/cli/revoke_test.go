@@ -2,11 +2,13 @@ package cli_test
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
@@ -141,11 +143,25 @@ func TestLiveAPIErrors(t *testing.T) {
 	if diff := cmp.Diff([]string{h.Token}, holderTokens(t, s.Store)); diff != "" {
 		t.Errorf("holders (-want +got):\n%s", diff)
 	}
-	// Within her namespace alice lists, with the kubeconfig alone.
+	// Within her namespace alice lists, with the kubeconfig alone: named with -n, or as
+	// her kubeconfig's context names it.
 	mine := mustAcquire(t, s.Store, request("other", "acme", "ann", podB, caps(1, 1, 1, 1)))
 	r := mustRun(t, alice, "list", "-n", "acme")
 	if got := columns(t, r.stdout, "TOKEN", "TENANT"); !cmp.Equal(got, [][]string{{mine.Token, "acme"}}) {
 		t.Errorf("alice's list = %v", got)
+	}
+	cfg, err := clientcmd.LoadFromFile(aliceFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Contexts[cfg.CurrentContext].Namespace = "acme"
+	inAcme := filepath.Join(t.TempDir(), "alice-acme.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, inAcme); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, map[string]string{"KUBECONFIG": inAcme}, "list")
+	if got := columns(t, r.stdout, "TOKEN", "TENANT"); !cmp.Equal(got, [][]string{{mine.Token, "acme"}}) {
+		t.Errorf("alice's list in her context's namespace = %v", got)
 	}
 }
 
