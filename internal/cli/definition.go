@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
@@ -304,30 +303,18 @@ func layerKinds(scope definition.LayerKey) []definition.Kind {
 	return kinds
 }
 
-// kubeFlags are the flags that locate the cluster.
+// kubeFlags are the flags that locate the cluster (global flags of the plugin).
 type kubeFlags struct {
 	kubeconfig string
 	context    string
 }
 
-func (k *kubeFlags) bind(c *cobra.Command) {
-	c.Flags().StringVar(&k.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
-	c.Flags().StringVar(&k.context, "context", "", "kubeconfig context to use")
-}
-
-// client returns a direct (uncached) client for LeaseDefinitions.
-func (k *kubeFlags) client() (client.Client, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if k.kubeconfig != "" {
-		rules.ExplicitPath = k.kubeconfig
-	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.context}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+// kubeClient returns a direct (uncached) client for LeaseDefinitions.
+func (o *options) kubeClient() (client.Client, string, error) {
+	cfg, err := o.restConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
+		return nil, "", err
 	}
-	cfg.UserAgent = "kubectl-lease"
 	scheme := runtime.NewScheme()
 	if err := leasev1alpha1.AddToScheme(scheme); err != nil {
 		return nil, "", fmt.Errorf("building the scheme: %w", err)
@@ -348,7 +335,6 @@ func newDefinitionCommand(o *options) *cobra.Command {
 		namespace       string
 		systemNamespace string
 		defaultsDir     string
-		kube            kubeFlags
 		out             outputFlag
 	)
 	c := &cobra.Command{
@@ -391,7 +377,7 @@ that owns their layer count for nothing, as in the manager: pass the manager's
 			if err := warn.done(); err != nil {
 				return err
 			}
-			kc, host, err := kube.client()
+			kc, host, err := o.kubeClient()
 			if err != nil {
 				return err
 			}
@@ -417,7 +403,6 @@ that owns their layer count for nothing, as in the manager: pass the manager's
 	c.Flags().StringVar(&systemNamespace, "system-namespace", o.env(settings.EnvSystemNamespace, "lease-system"),
 		"the manager's system namespace, the only one whose system-layer documents count (env "+settings.EnvSystemNamespace+")")
 	c.Flags().StringVar(&defaultsDir, "defaults-dir", "", "directory of extra built-in definitions <name>.yaml, as the manager's --defaults-dir")
-	kube.bind(c)
 	out.bind(c)
 	return c
 }

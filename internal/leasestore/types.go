@@ -28,9 +28,13 @@ type AcquireRequest struct {
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.
 type HolderFilter struct {
+	// Token selects one holder.
+	Token    string
 	Tenant   string
 	Resource string
 	Type     string
+	Project  string
+	User     string
 	// Pod is namespace/name.
 	Pod string
 }

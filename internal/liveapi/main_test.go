@@ -1,0 +1,176 @@
+package liveapi_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/testutil/livetest"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// The suite's world: one control plane with aggregation, one live API server on one store,
+// tenants acme and globex with a namespace each, tenant orphan without one.
+const (
+	systemNS = "lease-system"
+	nsAcme   = "acme"
+	nsGlobex = "globex"
+	nsBench  = "bench"
+)
+
+var (
+	// storeCommands counts the store's round trips (benchmarks).
+	storeCommands atomic.Int64
+	env           *livetest.Env
+	store         *leasestore.Store
+	reaps         *metrics.Metrics
+	handled       = &handledTokens{seen: map[string]bool{}}
+	// self is the manager's pod: holders of this pod are revoked here, so the registered
+	// handler runs in the test process.
+	self = lease.PodRef{Namespace: systemNS, Name: "manager-0", UID: "uid-manager-0"}
+
+	holders   = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceHolders}
+	counters  = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceCounters}
+	sweepsGVR = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceSweeps}
+	podRevGVR = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourcePodRevocations}
+	reconGVR  = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceReconciles}
+)
+
+type handledTokens struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (h *handledTokens) OnRevoked(_ context.Context, r revocation.Revocation) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen[r.Token] = true
+	return nil
+}
+
+func (h *handledTokens) has(token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[token]
+}
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	mongotest.Stop()
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	uri, err := mongotest.URI()
+	if err != nil {
+		return 1, fmt.Errorf("test MongoDB: %w", err)
+	}
+	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()),
+		leasestore.WithCommandObserver(func(string) { storeCommands.Add(1) }))
+	if err != nil {
+		return 1, err
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = store.Drop(c)
+		_ = store.Close(c)
+	}()
+	if err := store.EnsureIndexes(ctx); err != nil {
+		return 1, err
+	}
+	reg := prometheus.NewRegistry()
+	reaps = metrics.New(reg)
+	registry := revocation.NewRegistry()
+	if err := registry.Register("tex", handled); err != nil {
+		return 1, err
+	}
+	disp := revocation.NewDispatcher(selfOnly{}, self, registry,
+		revocation.WithMetrics(reaps), revocation.WithRegisterer(reg))
+	go func() { _ = disp.Start(ctx) }()
+
+	env, err = livetest.Start(ctx, liveapi.Deps{
+		Store:    store,
+		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
+		Listener: disp,
+		Pods:     selfOnly{},
+		Metrics:  reaps,
+	}, nsAcme, nsGlobex, nsBench)
+	if err != nil {
+		return 1, err
+	}
+	defer func() { _ = env.Stop() }()
+	if err := setupUsers(ctx); err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+// selfOnly is a pod view that knows only that nothing but the manager's own pod runs.
+type selfOnly struct{}
+
+func (selfOnly) WaitForSync(context.Context) bool     { return true }
+func (selfOnly) Alive(p lease.PodRef) bool            { return p == self }
+func (selfOnly) Endpoint(lease.PodRef) (string, bool) { return "", false }
+func (selfOnly) Confirm(_ context.Context, p lease.PodRef) (podwatch.Verdict, error) {
+	if p == self {
+		return podwatch.Verdict{Alive: true}, nil
+	}
+	return podwatch.Verdict{Reason: "PodNotFound"}, nil
+}
+func (selfOnly) Status(p lease.PodRef) (string, bool) {
+	if p == self {
+		return "", true
+	}
+	return "PodNotFound", false
+}
+
+// Users of the suite and their kubeconfig files.
+var (
+	alice, bob, operator             *rest.Config
+	aliceFile, bobFile, operatorFile string
+)
+
+// setupUsers binds the shipped roles: alice views and revokes in acme, bob in globex,
+// operator everywhere.
+func setupUsers(ctx context.Context) (err error) {
+	if err := env.Bind(ctx, "alice", nsAcme, livetest.RoleViewer, livetest.RoleRevoker); err != nil {
+		return err
+	}
+	if err := env.Bind(ctx, "bob", nsGlobex, livetest.RoleViewer, livetest.RoleRevoker); err != nil {
+		return err
+	}
+	if err := env.BindCluster(ctx, "operator", livetest.RoleOperator); err != nil {
+		return err
+	}
+	if alice, aliceFile, err = env.User("alice"); err != nil {
+		return err
+	}
+	if bob, bobFile, err = env.User("bob"); err != nil {
+		return err
+	}
+	operator, operatorFile, err = env.User("operator")
+	return err
+}
