@@ -128,7 +128,9 @@ func (p *proxy) handle(client net.Conn) {
 	}
 }
 
-// roundTrip writes req to the backend and reads its responses, under the global lock.
+// roundTrip writes req to the backend and reads its responses, under the global lock, except
+// for a getMore that may wait for data (see awaitsData): it only reads, and holding the lock
+// while the backend waits would stall every other client for up to its maxTimeMS.
 // A response with moreToCome (exhaust) is followed by more responses, read until one
 // without it.
 //
@@ -138,8 +140,10 @@ func (p *proxy) handle(client net.Conn) {
 // client a stale reply to its next request, and not reading it would leave it in the
 // backend connection to be taken for the reply to the next request.
 func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]byte, error) {
-	p.exchange.Lock()
-	defer p.exchange.Unlock()
+	if !awaitsData(req) {
+		p.exchange.Lock()
+		defer p.exchange.Unlock()
+	}
 
 	if subs := splitCreateIndexes(req); subs != nil {
 		resp, err := createIndexesOneByOne(backend, br, req, subs)
@@ -168,4 +172,19 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 			return resps, nil
 		}
 	}
+}
+
+// awaitsData reports whether req is a getMore that carries maxTimeMS. Both MongoDB and
+// FerretDB v1.24.2 accept maxTimeMS on getMore only for a tailable awaitData cursor (FerretDB:
+// "cannot set maxTimeMS on getMore command for a non-awaitData cursor"), so the field alone
+// tells a getMore that blocks server-side until data arrives or the time is up. Such a
+// getMore only reads a capped collection (FerretDB re-runs the cursor's query every 10 ms
+// while it waits); reads need not be serialized, only the conditional writes do.
+func awaitsData(req []byte) bool {
+	body := opMsgBody(req)
+	if body == nil || firstKey(body) != "getMore" {
+		return false
+	}
+	_, err := body.LookupErr("maxTimeMS")
+	return err == nil
 }
