@@ -317,6 +317,7 @@ func (s *Store) decrement(ctx context.Context, keys []string) error {
 	if _, err := s.counters.UpdateMany(ctx, filter, update); err != nil {
 		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
 	}
+	s.freed(keys)
 	return nil
 }
 

@@ -82,6 +82,7 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 			}
 			if r.DeletedCount == 1 {
 				res.Deleted++
+				s.freed(repeat(c.ID, c.Count))
 			} else {
 				res.Skipped++
 			}
@@ -96,6 +97,7 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 		}
 		if r.MatchedCount == 1 {
 			res.Corrected++
+			s.freed(repeat(c.ID, c.Count-want))
 		} else {
 			res.Skipped++
 		}

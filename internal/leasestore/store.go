@@ -61,6 +61,9 @@ type config struct {
 	confirm time.Duration
 	fault   FaultFunc
 	observe func(command string)
+	// freedHook and publish: see freed.go.
+	freedHook FreedFunc
+	publish   bool
 }
 
 // Option configures a Store.
@@ -92,7 +95,15 @@ type Store struct {
 	db       *mongo.Database
 	counters *mongo.Collection
 	holders  *mongo.Collection
+	events   *mongo.Collection
 	cfg      config
+
+	// origin names this store in the freed-slot events it publishes; pub publishes them
+	// (nil without WithFreedEvents); eventsReady: the capped collection exists.
+	origin      string
+	pub         *publisher
+	eventsMu    sync.Mutex
+	eventsReady bool
 
 	// mu guards lowering: counters seen above their booked holders by the last reconcile.
 	mu       sync.Mutex
@@ -123,17 +134,24 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("connecting to MongoDB: %w", err)
 	}
 	db := client.Database(database)
-	return &Store{
+	s := &Store{
 		client:   client,
 		db:       db,
 		counters: db.Collection(CountersCollection),
 		holders:  db.Collection(HoldersCollection),
+		events:   db.Collection(EventsCollection),
 		cfg:      cfg,
-	}, nil
+		origin:   newOrigin(),
+	}
+	if cfg.publish {
+		s.startPublisher()
+	}
+	return s, nil
 }
 
 // Close disconnects the client.
 func (s *Store) Close(ctx context.Context) error {
+	s.stopPublisher()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	return s.client.Disconnect(ctx)
