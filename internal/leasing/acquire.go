@@ -11,6 +11,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
 // Acquire obtains a lease (specification §3). It validates the request, resolves the
@@ -122,31 +123,48 @@ func capsOf(c definition.Caps) []lease.LevelCap {
 	return out
 }
 
-// acquire runs the funnel with waiting. The first round (one attempt, and while busy a
-// lazy sweep and, if it reaped, one more attempt) is bounded by ctx and the store's own
-// timeout; every later round is bounded by the deadline. While waiting it probes (reads)
-// and writes only when every level shows room.
+// acquire runs the funnel with waiting (docs/waiting.md). The acquisition registers in the
+// wait queue on every key of its funnel before its first attempt, so a slot freed while that
+// attempt runs wakes it. A newcomer that finds older waiters of this process blocked on a key
+// of its funnel queues behind them without an attempt (it would take the slot freed for
+// them). While a level stays full it waits for a wake-up (a slot freed in this process, or
+// in another one as told by the notifier) or its jittered safety timer, never past the
+// deadline: a wake-up goes straight to the write path, the safety timer reads first (Probe,
+// and the lazy sweep when full). The first attempt is bounded by ctx and the store's own
+// timeout, every later one by the deadline.
 func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time) (lease.Holder, error) {
 	op := "acquiring " + req.Resource
-	h, err := s.store.Acquire(ctx, req)
-	busy, err := s.outcome(op, err)
-	if err != nil || busy == nil {
-		return h, err
-	}
-	if s.sweep(ctx, req.Resource) > 0 {
-		h, err = s.store.Acquire(ctx, req)
-		if busy, err = s.outcome(op, err); err != nil || busy == nil {
+	w := s.queue.Register(funnelKeys(req)...)
+	defer w.Done()
+
+	var busy *lease.BusyError
+	if info, ok := s.queue.Ahead(funnelKeys(req)...); ok && deadline.After(s.clk.Now()) {
+		busy = busyOf(info.(*lease.BusyError))
+	} else {
+		h, err := s.store.Acquire(ctx, req)
+		busy, err = s.outcome(op, err)
+		if err != nil || busy == nil {
 			return h, err
 		}
-	}
-
-	for poll := 0; ; poll++ {
-		remaining := deadline.Sub(s.clk.Now())
-		if remaining <= 0 {
-			return lease.Holder{}, busy
+		if s.sweep(ctx, req.Resource) > 0 {
+			h, err = s.store.Acquire(ctx, req)
+			if busy, err = s.outcome(op, err); err != nil || busy == nil {
+				return h, err
+			}
 		}
-		pause := min(pollDelay(poll, s.cfg.pollMin, s.cfg.pollMax, s.cfg.random()), remaining)
-		if !s.sleep(ctx, pause) {
+	}
+	w.Block(busyKey(busy), busy)
+
+	checkedLate := false
+	for {
+		remaining := deadline.Sub(s.clk.Now())
+		d, late := nextCheck(waitq.SafetyDelay(s.cfg.safety, s.cfg.random()), remaining, checkedLate)
+		checkedLate = checkedLate || late
+		woke := w.Wait(ctx, s.clk, d, deadline)
+		switch woke {
+		case waitq.Deadline:
+			return lease.Holder{}, busy
+		case waitq.Cancelled:
 			busy.Err = ctx.Err()
 			return lease.Holder{}, busy
 		}
@@ -154,24 +172,56 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		if remaining <= 0 {
 			return lease.Holder{}, busy
 		}
-		h, full, err := s.poll(ctx, req, remaining, busy)
+		h, full, err := s.poll(ctx, req, remaining, busy, woke == waitq.Timer)
 		switch {
 		case err != nil:
 			return lease.Holder{}, err
 		case full != nil:
 			busy = full
+			if woke == waitq.Freed {
+				w.Rearm() // lost the race for the slot: back to its place
+			}
+			w.Block(busyKey(busy), busy)
 		default:
 			return h, nil
 		}
 	}
 }
 
-// poll is one round of a waiting acquisition, bounded by remaining: a probe, while full
-// possibly a lazy sweep, and the write attempt only when the probe (or the sweep) found room.
+// nextCheck is the pause before a waiter's next own look at the store (safety: the jittered
+// safety delay). A deadline that comes before the safety timer gets one look at 3/4 of the
+// remaining time, so that a store that went down while the level was full answers
+// unavailable rather than busy; after that look the waiter sleeps to the deadline (late).
+func nextCheck(safety, remaining time.Duration, checkedLate bool) (d time.Duration, late bool) {
+	switch {
+	case safety < remaining:
+		return safety, false
+	case checkedLate:
+		return remaining, false
+	default:
+		return remaining * 3 / 4, true
+	}
+}
+
+// funnelKeys are the counter keys of the request's capped levels.
+func funnelKeys(req leasestore.AcquireRequest) []string {
+	keys := make([]string, len(req.Caps))
+	for i, c := range req.Caps {
+		keys[i] = lease.CounterKey(req.Resource, c.Level, lease.ScopeOf(c.Level, req.Tenant, req.Project, req.User))
+	}
+	return keys
+}
+
+// busyKey is the counter key of the level a busy diagnosis names.
+func busyKey(b *lease.BusyError) string { return lease.CounterKey(b.Resource, b.Level, b.Scope) }
+
+// poll is one round of a waiting acquisition, bounded by remaining: with probe, a read
+// first, while full possibly a lazy sweep, and the write attempt only when the probe (or the
+// sweep) found room; without (woken because a slot was freed), the write attempt at once.
 // It returns the holder, or the busy diagnosis, or an error. A round cut short by the
 // deadline or by ctx reports busy with the last diagnosis it has.
 func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
-	last *lease.BusyError) (lease.Holder, *lease.BusyError, error) {
+	last *lease.BusyError, probe bool) (lease.Holder, *lease.BusyError, error) {
 	op := "acquiring " + req.Resource
 	rctx, cancel := context.WithTimeout(ctx, remaining)
 	defer cancel()
@@ -181,7 +231,7 @@ func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remai
 		return lease.Holder{}, nil, &b
 	}
 	var full *lease.BusyError
-	if s.probe {
+	if probe && s.probe {
 		var err error
 		full, err = s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
 		if err != nil {
@@ -251,33 +301,4 @@ func (s *Service) sweep(ctx context.Context, resource string) int {
 	}
 	s.dispatch(ctx, metrics.ReapIdle, reaped)
 	return len(reaped)
-}
-
-// sleep pauses for d on the service's clock; false when ctx ended first.
-func (s *Service) sleep(ctx context.Context, d time.Duration) bool {
-	t := s.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// pollDelay is the pause before poll n (0-based) of a waiting acquisition: uniformly random
-// (r in [0,1)) between lo and a bound that starts at 2·lo and doubles per poll up to hi —
-// full jitter above a floor, so acquirers that found the resource full together do not
-// retry in lockstep, and long waits poll less often.
-func pollDelay(n int, lo, hi time.Duration, r float64) time.Duration {
-	up := hi
-	if n < 30 {
-		if b := lo << (n + 1); b > 0 && b < hi {
-			up = b
-		}
-	}
-	if up < lo {
-		up = lo
-	}
-	return lo + time.Duration(r*float64(up-lo))
 }

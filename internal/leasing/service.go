@@ -13,6 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
 // Store is the part of the lease store the admission service uses.
@@ -74,10 +75,10 @@ func (st StaticTypes) Has(leaseType string) bool { return st[leaseType] }
 
 // Defaults of the options.
 const (
-	// DefaultPollMin is the shortest pause between two polls of a waiting acquisition.
-	DefaultPollMin = 20 * time.Millisecond
-	// DefaultPollMax is the longest pause between two polls.
-	DefaultPollMax = 500 * time.Millisecond
+	// DefaultSafetyTimer is the mean pause between a waiting acquisition's own looks at the
+	// store when no wake-up comes (jittered by ±1/4): it bounds what a lost wake-up costs, and
+	// the reads of a waiter to about one per second.
+	DefaultSafetyTimer = time.Second
 	// DefaultSweepInterval is how often, at most, one resource is swept lazily.
 	DefaultSweepInterval = time.Second
 	// DefaultTokenCacheSize bounds the in-process token→resource map that labels the check
@@ -108,12 +109,13 @@ const (
 )
 
 type config struct {
-	pollMin, pollMax time.Duration
-	sweepInterval    time.Duration
-	idleReaper       IdleReaper
-	tokenCacheSize   int
-	maxLabels        int
-	random           func() float64
+	safety         time.Duration
+	queue          *waitq.Queue
+	sweepInterval  time.Duration
+	idleReaper     IdleReaper
+	tokenCacheSize int
+	maxLabels      int
+	random         func() float64
 }
 
 // IdleReaper runs the lazy idle sweep of one resource and returns the holders it reaped for
@@ -128,12 +130,13 @@ func WithIdleReaper(r IdleReaper) Option { return func(c *config) { c.idleReaper
 // Option configures a Service.
 type Option func(*config)
 
-// WithPollInterval sets the bounds of the jittered pause between two polls of a waiting
-// acquisition: each pause is uniformly random between min and a bound that starts at 2·min
-// and doubles per poll up to max.
-func WithPollInterval(lo, hi time.Duration) Option {
-	return func(c *config) { c.pollMin, c.pollMax = lo, hi }
-}
+// WithSafetyTimer sets the mean pause of a waiting acquisition's safety timer (docs/waiting.md).
+func WithSafetyTimer(d time.Duration) Option { return func(c *config) { c.safety = d } }
+
+// WithWaitQueue makes the service wait in q: the queue that the store's freed hook
+// (leasestore.WithFreedHook(q.Freed)) and the process's notifier wake. Without it the
+// service has a queue of its own that nothing wakes: its waiters run on their safety timers.
+func WithWaitQueue(q *waitq.Queue) Option { return func(c *config) { c.queue = q } }
 
 // WithSweepInterval sets how often, at most, the service runs the lazy idle sweep of one
 // resource (when an acquisition finds it full, and again while it waits).
@@ -157,6 +160,7 @@ type Service struct {
 	metrics  *metrics.Metrics
 	cfg      config
 	probe    bool // false only in the benchmark's baseline
+	queue    *waitq.Queue
 
 	tokens *tokenLabels
 	labels *labelSet
@@ -170,8 +174,7 @@ type Service struct {
 func NewService(store Store, resolver Resolver, types TypeRegistry, listener RevocationListener,
 	clk clock.WithTicker, m *metrics.Metrics, opts ...Option) *Service {
 	cfg := config{
-		pollMin:        DefaultPollMin,
-		pollMax:        DefaultPollMax,
+		safety:         DefaultSafetyTimer,
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,
 		maxLabels:      DefaultMaxResourceLabels,
@@ -180,11 +183,11 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.pollMin <= 0 {
-		cfg.pollMin = DefaultPollMin
+	if cfg.safety <= 0 {
+		cfg.safety = DefaultSafetyTimer
 	}
-	if cfg.pollMax < cfg.pollMin {
-		cfg.pollMax = cfg.pollMin
+	if cfg.queue == nil {
+		cfg.queue = waitq.New()
 	}
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -201,6 +204,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 		metrics:  m,
 		cfg:      cfg,
 		probe:    true,
+		queue:    cfg.queue,
 		tokens:   newTokenLabels(cfg.tokenCacheSize),
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   &sweepGate{last: map[string]time.Time{}},
