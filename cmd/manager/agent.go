@@ -96,7 +96,8 @@ func runAgent(args []string) error {
 		return err
 	}
 
-	store, err := leasestore.Connect(f.store.uri, f.store.database)
+	wt := newWaiting()
+	store, err := leasestore.Connect(f.store.uri, f.store.database, wt.storeOptions()...)
 	if err != nil {
 		return err
 	}
@@ -112,11 +113,12 @@ func runAgent(args []string) error {
 	// check, LEASE_LOST).
 	dispatcher := revocation.NewDispatcher(selfOnly{self: self}, self, registry,
 		revocation.WithMetrics(m), revocation.WithLogger(log.WithName("revocation")))
-	var svcOpts []leasing.Option
+	svcOpts := wt.serviceOptions()
 	if f.managerURL != "" {
 		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
 	}
 	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, svcOpts...)
+	wt.startNotifier(ctx, store)
 
 	api := http.NewServeMux()
 	api.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))

@@ -119,7 +119,8 @@ func runManager(args []string) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	store, err := leasestore.Connect(f.store.uri, f.store.database, leasestore.WithSafetyMargin(f.reconcileSafety))
+	wt := newWaiting()
+	store, err := leasestore.Connect(f.store.uri, f.store.database, append(wt.storeOptions(), leasestore.WithSafetyMargin(f.reconcileSafety))...)
 	if err != nil {
 		return err
 	}
@@ -160,7 +161,8 @@ func runManager(args []string) error {
 		sweeper.WithInterval(f.reapInterval), sweeper.WithMetrics(m), sweeper.WithLogger(ctrl.Log.WithName("sweeper")))
 	watcher.OnPodGone(sweep.PodGone)
 
-	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m)
+	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, wt.serviceOptions()...)
+	wt.startNotifier(ctx, store)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(watcher)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)))
 	mux.Handle("/internal/lease/revoked", revocation.NewReceiver(self, registry,

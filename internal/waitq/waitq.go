@@ -119,15 +119,13 @@ func (w *Waiter) Done() {
 }
 
 // Freed wakes, for each entry of keys, the oldest waiter on that key not yet woken: one
-// entry is one slot given back. It returns how many waiters it woke.
-func (q *Queue) Freed(keys []string) int {
+// entry is one slot given back. It fits leasestore.FreedFunc.
+func (q *Queue) Freed(keys []string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := 0
 	for _, k := range keys {
-		n += q.wake(k, 1)
+		q.wake(k, 1)
 	}
-	return n
 }
 
 // WakeAll wakes every waiter once so that each re-checks its level (the notifier lost
