@@ -50,6 +50,7 @@ type eventDoc struct {
 
 // publisher batches freed keys into event inserts on its own goroutine.
 type publisher struct {
+	once    sync.Once
 	mu      sync.Mutex
 	pending []string
 	kick    chan struct{}
@@ -107,7 +108,7 @@ func (s *Store) stopPublisher() {
 	if s.pub == nil {
 		return
 	}
-	close(s.pub.stop)
+	s.pub.once.Do(func() { close(s.pub.stop) })
 	<-s.pub.done
 }
 

@@ -172,15 +172,29 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		if remaining <= 0 {
 			return lease.Holder{}, busy
 		}
-		h, full, err := s.poll(ctx, req, remaining, busy, woke == waitq.Timer)
+		if woke == waitq.Timer {
+			// The safety timer's look: a read only. Room seen is handed to the oldest waiter
+			// of this process that has no wake-up yet (maybe this one), so a waiter that
+			// looks on its timer never goes ahead of older ones (docs/waiting.md).
+			full, err := s.look(ctx, req, remaining, busy)
+			switch {
+			case err != nil:
+				return lease.Holder{}, err
+			case full != nil:
+				busy = full
+				w.Block(busyKey(busy), busy)
+			default:
+				s.queue.Freed([]string{busyKey(busy)})
+			}
+			continue
+		}
+		h, full, err := s.poll(ctx, req, remaining, busy)
 		switch {
 		case err != nil:
 			return lease.Holder{}, err
 		case full != nil:
 			busy = full
-			if woke == waitq.Freed {
-				w.Rearm() // lost the race for the slot: back to its place
-			}
+			w.Rearm() // lost the race for the slot: back to its place
 			w.Block(busyKey(busy), busy)
 		default:
 			return h, nil
@@ -215,42 +229,49 @@ func funnelKeys(req leasestore.AcquireRequest) []string {
 // busyKey is the counter key of the level a busy diagnosis names.
 func busyKey(b *lease.BusyError) string { return lease.CounterKey(b.Resource, b.Level, b.Scope) }
 
-// poll is one round of a waiting acquisition, bounded by remaining: with probe, a read
-// first, while full possibly a lazy sweep, and the write attempt only when the probe (or the
-// sweep) found room; without (woken because a slot was freed), the write attempt at once.
-// It returns the holder, or the busy diagnosis, or an error. A round cut short by the
-// deadline or by ctx reports busy with the last diagnosis it has.
-func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
-	last *lease.BusyError, probe bool) (lease.Holder, *lease.BusyError, error) {
-	op := "acquiring " + req.Resource
+// look is the safety timer's read, bounded by remaining: a probe and, while full, possibly
+// a lazy sweep. It returns the busy diagnosis, or nil when every level shows room (or the
+// sweep freed some), or an error. A look cut short by ctx reports busy with the last
+// diagnosis; a store that does not answer before the wait's deadline is unavailable (no
+// evidence of a full level: fail closed).
+func (s *Service) look(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
+	last *lease.BusyError) (*lease.BusyError, error) {
+	if !s.probe {
+		return nil, nil // the benchmark's baseline: every look is a write attempt
+	}
 	rctx, cancel := context.WithTimeout(ctx, remaining)
 	defer cancel()
-	cut := func() (lease.Holder, *lease.BusyError, error) {
-		b := *last
-		b.Err = ctx.Err()
-		return lease.Holder{}, nil, &b
-	}
-	var full *lease.BusyError
-	if probe && s.probe {
-		var err error
-		full, err = s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
-		if err != nil {
-			if rctx.Err() != nil {
-				return cut()
-			}
-			return lease.Holder{}, nil, storeError(op, "lease", err)
+	full, err := s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	if err != nil {
+		if ctx.Err() != nil {
+			b := *last
+			b.Err = ctx.Err()
+			return &b, nil
 		}
+		return nil, storeError("acquiring "+req.Resource, "lease", err)
 	}
 	if full != nil && s.sweep(rctx, req.Resource) > 0 {
-		full = nil
+		return nil, nil
 	}
 	if full != nil {
-		return lease.Holder{}, busyOf(full), nil
+		return busyOf(full), nil
 	}
+	return nil, nil
+}
+
+// poll is the write attempt of a woken waiter, bounded by remaining. It returns the holder,
+// or the busy diagnosis, or an error; an attempt cut short by ctx reports busy with the last
+// diagnosis.
+func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
+	last *lease.BusyError) (lease.Holder, *lease.BusyError, error) {
+	rctx, cancel := context.WithTimeout(ctx, remaining)
+	defer cancel()
 	h, err := s.store.Acquire(rctx, req)
-	busy, err := s.outcome(op, err)
-	if err != nil && rctx.Err() != nil {
-		return cut()
+	busy, err := s.outcome("acquiring "+req.Resource, err)
+	if err != nil && ctx.Err() != nil {
+		b := *last
+		b.Err = ctx.Err()
+		return lease.Holder{}, &b, nil
 	}
 	return h, busy, err
 }

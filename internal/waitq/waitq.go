@@ -161,11 +161,17 @@ func (q *Queue) Ahead(keys ...string) (info any, ok bool) {
 	return oldest.info, true
 }
 
-// Len returns the number of waiters registered on key.
-func (q *Queue) Len(key string) int {
+// Blocked returns the number of waiters blocked on key.
+func (q *Queue) Blocked(key string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.byKey[key])
+	n := 0
+	for _, w := range q.byKey[key] {
+		if w.blocked {
+			n++
+		}
+	}
+	return n
 }
 
 // wake signals up to n waiters on key not yet woken, oldest first; q.mu is held.

@@ -64,13 +64,15 @@ func TestWokenWaiterIsNotWokenTwiceUntilRearmed(t *testing.T) {
 func TestDonePassesAnUnusedWakeOn(t *testing.T) {
 	q := New()
 	ws := []*Waiter{q.Register("k"), q.Register("k")}
+	ws[0].Block("k", nil)
+	ws[1].Block("k", nil)
 	q.Freed([]string{"k"})
 	ws[0].Done() // woken but gone (deadline, cancelled) before using the slot
 	if diff := cmp.Diff([]int{1}, woken(ws)); diff != "" {
 		t.Errorf("woken (-want +got):\n%s", diff)
 	}
-	if n := q.Len("k"); n != 1 {
-		t.Errorf("Len = %d, want 1", n)
+	if n := q.Blocked("k"); n != 1 {
+		t.Errorf("Blocked = %d, want 1", n)
 	}
 }
 
@@ -79,8 +81,9 @@ func TestBlockNarrowsAndKeepsThePlace(t *testing.T) {
 	a := q.Register("user", "global")
 	b := q.Register("global")
 	a.Block("global", "diag-a")
-	if q.Len("user") != 0 {
-		t.Errorf("user key still has %d waiters", q.Len("user"))
+	b.Block("global", nil)
+	if q.Blocked("user") != 0 || q.Blocked("global") != 2 {
+		t.Errorf("blocked on user %d, on global %d; want 0 and 2", q.Blocked("user"), q.Blocked("global"))
 	}
 	q.Freed([]string{"global"})
 	if diff := cmp.Diff([]int{0}, woken([]*Waiter{a, b})); diff != "" {
