@@ -176,7 +176,7 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			// The safety timer's look: a read only. Room seen is handed to the oldest waiter
 			// of this process that has no wake-up yet (maybe this one), so a waiter that
 			// looks on its timer never goes ahead of older ones (docs/waiting.md).
-			full, err := s.look(ctx, req, remaining, busy)
+			full, err := s.sharedLook(ctx, req, remaining, busy)
 			switch {
 			case err != nil:
 				return lease.Holder{}, err
@@ -257,6 +257,29 @@ func (s *Service) look(ctx context.Context, req leasestore.AcquireRequest, remai
 		return busyOf(full), nil
 	}
 	return nil, nil
+}
+
+// sharedLook is the safety timer's look, shared by the waiters of one key in this process:
+// a look taken by another of them within half a safety period answers for this one too
+// (room seen: nothing to do, that look woke the oldest waiter already). So the reads of a
+// process stay about two per safety period and key however many wait there. Errors are not
+// shared: each waiter fails closed on its own look.
+func (s *Service) sharedLook(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
+	last *lease.BusyError) (*lease.BusyError, error) {
+	key := busyKey(last)
+	now := s.clk.Now()
+	if r, ok := s.looks.recent(key, now, s.cfg.safety/2); ok {
+		if r.full == nil && r.err == nil {
+			return last, nil
+		}
+		return r.full, r.err
+	}
+	full, err := s.look(ctx, req, remaining, last)
+	// Only an answer is shared: an error may be this waiter's deadline cutting its look.
+	if err == nil && ctx.Err() == nil {
+		s.looks.put(key, now, s.cfg.safety/2, lookResult{full: full, err: err})
+	}
+	return full, err
 }
 
 // poll is the write attempt of a woken waiter, bounded by remaining. It returns the holder,

@@ -165,6 +165,7 @@ type Service struct {
 	tokens *tokenLabels
 	labels *labelSet
 	sweeps *sweepGate
+	looks  *lookShare
 
 	dispatching sync.WaitGroup
 }
@@ -208,6 +209,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 		tokens:   newTokenLabels(cfg.tokenCacheSize),
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   &sweepGate{last: map[string]time.Time{}},
+		looks:    &lookShare{last: map[string]lookResult{}},
 	}
 }
 
@@ -240,6 +242,46 @@ func (s *Service) dispatch(ctx context.Context, reason string, holders []lease.H
 	}
 	dctx := context.WithoutCancel(ctx)
 	s.dispatching.Go(func() { s.listener.Revoked(dctx, reason, holders) })
+}
+
+// lookResult is the outcome of one safety-timer look at a key.
+type lookResult struct {
+	at   time.Time
+	full *lease.BusyError
+	err  error
+}
+
+// lookShare keeps the last look per key, for the waiters of that key (sharedLook).
+type lookShare struct {
+	mu   sync.Mutex
+	last map[string]lookResult
+}
+
+func (l *lookShare) recent(key string, now time.Time, within time.Duration) (lookResult, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.last[key]
+	if !ok || now.Sub(r.at) >= within {
+		return lookResult{}, false
+	}
+	if r.full != nil {
+		r.full = busyOf(r.full)
+	}
+	return r, true
+}
+
+func (l *lookShare) put(key string, now time.Time, within time.Duration, r lookResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.last) >= maxSweepGateEntries {
+		for k, x := range l.last {
+			if now.Sub(x.at) >= within {
+				delete(l.last, k)
+			}
+		}
+	}
+	r.at = now
+	l.last[key] = r
 }
 
 // sweepGate limits the lazy sweep to once per interval and resource.
