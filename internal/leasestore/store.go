@@ -96,6 +96,7 @@ type Store struct {
 	counters *mongo.Collection
 	holders  *mongo.Collection
 	events   *mongo.Collection
+	queue    *mongo.Collection
 	cfg      config
 
 	// origin names this store in the freed-slot events it publishes; pub publishes them
@@ -140,6 +141,7 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		counters: db.Collection(CountersCollection),
 		holders:  db.Collection(HoldersCollection),
 		events:   db.Collection(EventsCollection),
+		queue:    db.Collection(QueueCollection),
 		cfg:      cfg,
 		origin:   newOrigin(),
 	}
@@ -215,7 +217,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	if _, err := s.counters.Indexes().CreateMany(ctx, counterIdx); err != nil {
 		return unavailable("creating counter indexes", err)
 	}
-	return nil
+	return s.ensureQueueIndexes(ctx)
 }
 
 // bound gives ctx the store's operation timeout unless it already has an earlier deadline.
@@ -253,6 +255,8 @@ type counterDoc struct {
 	Tenant    string    `bson:"tenant"`
 	Count     int       `bson:"count"`
 	UpdatedAt time.Time `bson:"updatedAt"`
+	// Queued counts the reservations on this counter (queue.go).
+	Queued int `bson:"queued"`
 }
 
 // podDoc is the pod of a holder document.

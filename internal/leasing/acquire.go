@@ -154,6 +154,18 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		}
 	}
 	w.Block(busyKey(busy), busy)
+	if !deadline.After(s.clk.Now()) {
+		return lease.Holder{}, busy
+	}
+	res, err := s.reserve(ctx, req.Pod, busy)
+	if err != nil {
+		if ctx.Err() != nil { // the caller gave up
+			busy.Err = ctx.Err()
+			return lease.Holder{}, busy
+		}
+		return lease.Holder{}, err
+	}
+	defer func() { s.leave(ctx, res) }()
 
 	checkedLate := false
 	for {
@@ -176,11 +188,15 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			// The safety timer's look: a read only. Room seen is handed to the oldest waiter
 			// of this process that has no wake-up yet (maybe this one), so a waiter that
 			// looks on its timer never goes ahead of older ones (docs/waiting.md).
+			s.renew(ctx, res)
 			full, err := s.sharedLook(ctx, req, remaining, busy)
 			switch {
 			case err != nil:
 				return lease.Holder{}, err
 			case full != nil:
+				if res, err = s.requeue(ctx, req.Pod, res, busy, full); err != nil {
+					return lease.Holder{}, err
+				}
 				busy = full
 				w.Block(busyKey(busy), busy)
 			default:
@@ -188,11 +204,33 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			}
 			continue
 		}
-		h, full, err := s.poll(ctx, req, remaining, busy)
+		if res != nil {
+			s.renew(ctx, res)
+			mine, localAhead, err := s.turn(ctx, *res, busy, remaining)
+			if err != nil {
+				return lease.Holder{}, err
+			}
+			if !mine { // older waiters come first
+				if localAhead {
+					// One of them is in this process, younger here than in the store's
+					// order (reserved later): hand the wake-up down the local queue.
+					w.PassOn()
+				} else {
+					w.Rearm() // theirs comes from their process's notifier
+				}
+				continue
+			}
+		}
+		attempt := req
+		attempt.Queued = res != nil
+		h, full, err := s.poll(ctx, attempt, remaining, busy)
 		switch {
 		case err != nil:
 			return lease.Holder{}, err
 		case full != nil:
+			if res, err = s.requeue(ctx, req.Pod, res, busy, full); err != nil {
+				return lease.Holder{}, err
+			}
 			busy = full
 			w.Rearm() // lost the race for the slot: back to its place
 			w.Block(busyKey(busy), busy)

@@ -27,6 +27,11 @@ type Store interface {
 	Release(ctx context.Context, token string) (released bool, err error)
 	// ReapIdle deletes the idle holders of resource and returns them.
 	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
+	// Reserve, Renew, Turn and Leave are the cross-process wait queue (FairGlobal).
+	Reserve(ctx context.Context, key string, pod lease.PodRef, expires time.Time) (leasestore.Reservation, error)
+	Renew(ctx context.Context, key string, expires time.Time) error
+	Turn(ctx context.Context, r leasestore.Reservation, cap int, now time.Time) (mine, localAhead bool, err error)
+	Leave(ctx context.Context, r leasestore.Reservation) error
 }
 
 var _ Store = (*leasestore.Store)(nil)
@@ -111,6 +116,8 @@ const (
 type config struct {
 	safety         time.Duration
 	queue          *waitq.Queue
+	fairness       Fairness
+	reservationTTL time.Duration
 	sweepInterval  time.Duration
 	idleReaper     IdleReaper
 	tokenCacheSize int
@@ -166,6 +173,8 @@ type Service struct {
 	labels *labelSet
 	sweeps *sweepGate
 	looks  *lookShare
+	// renewals gates the renewal of this process's reservations per key.
+	renewals *sweepGate
 
 	dispatching sync.WaitGroup
 }
@@ -176,6 +185,8 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 	clk clock.WithTicker, m *metrics.Metrics, opts ...Option) *Service {
 	cfg := config{
 		safety:         DefaultSafetyTimer,
+		fairness:       FairGlobal,
+		reservationTTL: DefaultReservationTTL,
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,
 		maxLabels:      DefaultMaxResourceLabels,
@@ -186,6 +197,9 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 	}
 	if cfg.safety <= 0 {
 		cfg.safety = DefaultSafetyTimer
+	}
+	if cfg.reservationTTL <= 0 {
+		cfg.reservationTTL = DefaultReservationTTL
 	}
 	if cfg.queue == nil {
 		cfg.queue = waitq.New()
@@ -210,6 +224,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   &sweepGate{last: map[string]time.Time{}},
 		looks:    &lookShare{last: map[string]lookResult{}},
+		renewals: &sweepGate{last: map[string]time.Time{}},
 	}
 }
 

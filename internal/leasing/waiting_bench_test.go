@@ -286,9 +286,13 @@ func BenchmarkHandoff(b *testing.B) {
 		wait    func(*rand.Rand) time.Duration
 		samples int
 	}{
-		{"same-process/wait=20-40ms", 1, func(r *rand.Rand) time.Duration { return 20*time.Millisecond + time.Duration(r.Int64N(int64(20*time.Millisecond))) }, 40},
+		{"same-process/wait=20-40ms", 1, func(r *rand.Rand) time.Duration {
+			return 20*time.Millisecond + time.Duration(r.Int64N(int64(20*time.Millisecond)))
+		}, 40},
 		{"same-process/wait=700ms", 1, func(*rand.Rand) time.Duration { return 700 * time.Millisecond }, 12},
-		{"cross-process/wait=20-40ms", 2, func(r *rand.Rand) time.Duration { return 20*time.Millisecond + time.Duration(r.Int64N(int64(20*time.Millisecond))) }, 40},
+		{"cross-process/wait=20-40ms", 2, func(r *rand.Rand) time.Duration {
+			return 20*time.Millisecond + time.Duration(r.Int64N(int64(20*time.Millisecond)))
+		}, 40},
 		{"cross-process/wait=700ms", 2, func(*rand.Rand) time.Duration { return 700 * time.Millisecond }, 12},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

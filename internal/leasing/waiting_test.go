@@ -315,7 +315,14 @@ func TestFIFOWithinAProcess(t *testing.T) {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
 		})
-		for p.queue.Blocked(k) < i { // blocked in order
+		for { // blocked and queued in the store in order
+			rs, err := p.store.ListReservations(ctxT(t), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == i && p.queue.Blocked(k) == i {
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -94,6 +94,32 @@ func (w *Waiter) Rearm() {
 	}
 }
 
+// PassOn makes a woken waiter wakeable again and hands its wake-up to the oldest waiter on
+// its key behind it that has none: it is not this waiter's turn, but one behind it here may
+// have an earlier place in a queue this registry does not see (the store's).
+func (w *Waiter) PassOn() {
+	q := w.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.woken = false
+	select {
+	case <-w.c:
+	default:
+	}
+	for _, k := range w.keys {
+		for _, x := range q.byKey[k] {
+			if x.seq > w.seq && !x.woken {
+				x.woken = true
+				select {
+				case x.c <- struct{}{}:
+				default:
+				}
+				return
+			}
+		}
+	}
+}
+
 // Done removes the waiter from every queue (it got a slot, gave up, or failed). A wake it
 // received but did not use passes to the next waiter on the same key.
 func (w *Waiter) Done() {

@@ -192,3 +192,25 @@ func TestSafetyDelayBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestPassOnWakesTheNextOneBehind(t *testing.T) {
+	q := New()
+	ws := []*Waiter{q.Register("k"), q.Register("k"), q.Register("k")}
+	for _, w := range ws {
+		w.Block("k", nil)
+	}
+	q.Freed([]string{"k"})
+	woken(ws) // the oldest took its wake-up; not its turn
+	ws[0].PassOn()
+	if diff := cmp.Diff([]int{1}, woken(ws)); diff != "" {
+		t.Fatalf("woken (-want +got):\n%s", diff)
+	}
+	ws[1].PassOn() // never back to the oldest: down the queue
+	if diff := cmp.Diff([]int{2}, woken(ws)); diff != "" {
+		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+	ws[2].PassOn() // the last one: nobody behind
+	if got := woken(ws); got != nil {
+		t.Errorf("woken %v, want nobody", got)
+	}
+}
