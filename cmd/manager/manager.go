@@ -160,6 +160,7 @@ func runManager(args []string) error {
 	sweep := sweeper.New(store, watcher, dispatcher,
 		sweeper.WithInterval(f.reapInterval), sweeper.WithMetrics(m), sweeper.WithLogger(ctrl.Log.WithName("sweeper")))
 	watcher.OnPodGone(sweep.PodGone)
+	watcher.OnPodGone(wt.dropReservations(ctx, store))
 
 	svc := leasing.NewService(store, resolver, registry, dispatcher, clock.RealClock{}, m, wt.serviceOptions()...)
 	wt.startNotifier(ctx, store)

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/waitq"
@@ -30,4 +33,17 @@ func (w waiting) serviceOptions() []leasing.Option {
 func (w waiting) startNotifier(ctx context.Context, store *leasestore.Store) {
 	n := leasestore.NewNotifier(store, w.queue.Freed, func() { w.queue.WakeAll() })
 	go n.Run(ctx)
+}
+
+// dropReservations removes a gone pod's places in the wait queues at once (docs/waiting.md),
+// on its own goroutine: pod-gone callbacks must not block. A failure leaves them to expire.
+func (w waiting) dropReservations(ctx context.Context, store *leasestore.Store) func(lease.PodRef) {
+	log := ctrl.Log.WithName("waiting")
+	return func(pod lease.PodRef) {
+		go func() {
+			if _, err := store.DropReservations(ctx, pod); err != nil {
+				log.Error(err, "Dropping the wait-queue reservations of a gone pod failed; they expire", "pod", pod.String())
+			}
+		}()
+	}
 }

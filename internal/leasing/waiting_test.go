@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -434,4 +435,59 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFIFOAcrossProcesses: waiters in three processes get a level's freed slots in the order
+// they queued, and the holder that releases, coming back at once, queues behind all of them
+// (its process has a younger waiter of its own).
+func TestFIFOAcrossProcesses(t *testing.T) {
+	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}}, processOpts{})
+	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	held := mustAcquire(t, ps[0].svc, podReq("x", 0))
+	order := make(chan int, 8)
+	var wg sync.WaitGroup
+	acquire := func(p *process, id int) {
+		l, err := p.svc.Acquire(ctxT(t), podReq("x", id))
+		if err != nil {
+			t.Errorf("waiter %d: %v", id, err)
+			return
+		}
+		order <- id
+		if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+			t.Errorf("waiter %d release: %v", id, err)
+		}
+	}
+	queued := func(n int) {
+		for {
+			rs, err := ps[0].store.ListReservations(ctxT(t), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i, p := range []*process{ps[1], ps[2], ps[0], ps[1]} {
+		wg.Go(func() { acquire(p, i+1) })
+		queued(i + 1)
+	}
+	if _, err := ps[0].svc.Release(ctxT(t), held.Token); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { acquire(ps[0], 0) }) // the releasing holder comes back at once
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	if want := []int{1, 2, 3, 4, 0}; !slices.Equal(got, want) {
+		t.Errorf("order of entry %v, want %v", got, want)
+	}
+	if rs, _ := ps[0].store.ListReservations(ctxT(t), ""); len(rs) != 0 {
+		t.Errorf("reservations left: %+v", rs)
+	}
+	assertNoDrift(t, ps[0].store)
 }
