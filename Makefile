@@ -67,7 +67,9 @@ test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 .PHONY: bench
 bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 200x ./internal/leasestore/
-	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 100x ./internal/leasing/
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'ContendedWaiting' -benchtime 100x ./internal/leasing/
+	# Waiting (docs/waiting.md): fixed-length runs, about two minutes.
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'PeerWorkload|Handoff|FullLevel' -benchtime 1x ./internal/leasing/
 
 ##@ Build
 .PHONY: build
