@@ -30,7 +30,9 @@ const (
 // crashed waiter keeps its place (and the slot it would get idle).
 const DefaultReservationTTL = 5 * time.Second
 
-// WithFairness sets the policy across processes (default FairGlobal).
+// WithFairness sets the policy across processes (default FairProcess: on the serialized
+// development server FairGlobal's extra round trips cost more throughput than they buy, see
+// docs/waiting.md).
 func WithFairness(f Fairness) Option { return func(c *config) { c.fairness = f } }
 
 // WithReservationTTL sets how long a reservation outlives its last renewal.

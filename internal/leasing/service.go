@@ -185,7 +185,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 	clk clock.WithTicker, m *metrics.Metrics, opts ...Option) *Service {
 	cfg := config{
 		safety:         DefaultSafetyTimer,
-		fairness:       FairGlobal,
+		fairness:       FairProcess,
 		reservationTTL: DefaultReservationTTL,
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,

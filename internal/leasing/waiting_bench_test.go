@@ -55,7 +55,7 @@ type benchProcess struct {
 }
 
 // startBenchProcesses starts n processes serving defs on a fresh database.
-func startBenchProcesses(b *testing.B, n int, cmds *storeCmds, defs ...leaseDef) []benchProcess {
+func startBenchProcesses(b *testing.B, n int, fairness leasing.Fairness, cmds *storeCmds, defs ...leaseDef) []benchProcess {
 	b.Helper()
 	uri, err := mongotest.URI()
 	if err != nil {
@@ -77,7 +77,7 @@ func startBenchProcesses(b *testing.B, n int, cmds *storeCmds, defs ...leaseDef)
 			}
 		}
 		svc := leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), nil, nil,
-			metrics.New(prometheus.NewRegistry()), leasing.WithWaitQueue(q))
+			metrics.New(prometheus.NewRegistry()), leasing.WithWaitQueue(q), leasing.WithFairness(fairness))
 		notifier := leasestore.NewNotifier(s, func(keys []string) {
 			lastDelivery.Store(time.Now().UnixNano())
 			q.Freed(keys)
@@ -186,10 +186,14 @@ func uncontended(b *testing.B, base string) time.Duration {
 // HTTP API of one process or of three sharing the store (holder i talks to process i mod n).
 func BenchmarkPeerWorkload(b *testing.B) {
 	const holders, capacity, waitMs, run = 24, 6, 10000, 10 * time.Second
-	for _, n := range []int{1, 3} {
-		b.Run(fmt.Sprintf("processes=%d", n), func(b *testing.B) {
+	for _, tc := range []struct {
+		n        int
+		fairness leasing.Fairness
+	}{{1, leasing.FairProcess}, {3, leasing.FairProcess}, {1, leasing.FairGlobal}, {3, leasing.FairGlobal}} {
+		n := tc.n
+		b.Run(fmt.Sprintf("processes=%d/fairness=%s", n, tc.fairness), func(b *testing.B) {
 			cmds := &storeCmds{}
-			ps := startBenchProcesses(b, n, cmds,
+			ps := startBenchProcesses(b, n, tc.fairness, cmds,
 				leaseDef{name: "peer", global: capacity, ttlSeconds: 60, waitMs: waitMs},
 				leaseDef{name: "solo", global: capacity, ttlSeconds: 60, waitMs: waitMs})
 			solo := uncontended(b, ps[0].srv.URL)
@@ -297,7 +301,7 @@ func BenchmarkHandoff(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			cmds := &storeCmds{}
-			ps := startBenchProcesses(b, tc.procs, cmds,
+			ps := startBenchProcesses(b, tc.procs, leasing.FairProcess, cmds,
 				leaseDef{name: "h", global: capacity, ttlSeconds: 60, waitMs: 10000},
 				leaseDef{name: "solo", global: capacity, ttlSeconds: 60, waitMs: 10000})
 			holderURL, waiterURL := ps[0].srv.URL, ps[len(ps)-1].srv.URL
@@ -370,7 +374,7 @@ func BenchmarkFullLevel(b *testing.B) {
 	const capacity, waiters, procs, run = 6, 18, 3, 4 * time.Second
 	const from, window = 500 * time.Millisecond, 3 * time.Second
 	cmds := &storeCmds{}
-	ps := startBenchProcesses(b, procs, cmds, leaseDef{name: "f", global: capacity, ttlSeconds: 60, waitMs: 10000})
+	ps := startBenchProcesses(b, procs, leasing.FairProcess, cmds, leaseDef{name: "f", global: capacity, ttlSeconds: 60, waitMs: 10000})
 	for i := range capacity {
 		if tok, code, err := acquireHTTP(ps[0].srv.URL, "f", fmt.Sprintf("holder%d", i), 0); err != nil || tok == "" {
 			b.Fatalf("fill: %d %v", code, err)

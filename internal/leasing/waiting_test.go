@@ -41,6 +41,7 @@ type processOpts struct {
 	// noNotifier: no notifier follows the other processes' events.
 	noNotifier bool
 	safety     time.Duration
+	fairness   leasing.Fairness
 	storeOpts  []leasestore.Option
 }
 
@@ -84,6 +85,9 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 			_ = s.Close(ctx)
 		})
 		svcOpts := []leasing.Option{leasing.WithWaitQueue(p.queue)}
+		if o.fairness != "" {
+			svcOpts = append(svcOpts, leasing.WithFairness(o.fairness))
+		}
 		if o.safety > 0 {
 			svcOpts = append(svcOpts, leasing.WithSafetyTimer(o.safety))
 		}
@@ -165,8 +169,15 @@ func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
 // with waiters inside. No level ever exceeds its cap, every surviving holder gets in, and at
 // rest the counters equal the booked holders.
 func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
+	for _, f := range []leasing.Fairness{leasing.FairProcess, leasing.FairGlobal} {
+		t.Run(string(f), func(t *testing.T) { waitersKeepTheInvariant(t, f) })
+	}
+}
+
+func waitersKeepTheInvariant(t *testing.T, fairness leasing.Fairness) {
 	const capacity, perProcess, rounds = 3, 4, 6
-	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000}}, processOpts{})
+	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000}},
+		processOpts{fairness: fairness})
 	stopWatch := capWatch(t, ps[0].store)
 
 	// The fourth process only has waiters that crash with it.
@@ -298,7 +309,8 @@ func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
 // the releasing holder, coming back at once, queues behind them.
 func TestFIFOWithinAProcess(t *testing.T) {
 	const waiters = 5
-	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}}, processOpts{})
+	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
+		processOpts{fairness: leasing.FairGlobal})
 	p := ps[0]
 	l := mustAcquire(t, p.svc, podReq("x", 0))
 	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
@@ -441,7 +453,8 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 // they queued, and the holder that releases, coming back at once, queues behind all of them
 // (its process has a younger waiter of its own).
 func TestFIFOAcrossProcesses(t *testing.T) {
-	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}}, processOpts{})
+	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
+		processOpts{fairness: leasing.FairGlobal})
 	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
 	held := mustAcquire(t, ps[0].svc, podReq("x", 0))
 	order := make(chan int, 8)
