@@ -22,10 +22,12 @@ import (
 const EventsCollection = "resource_lease_freed"
 
 // Bounds of the events collection: it only has to cover the time a notifier takes to read
-// the next batch; a notifier that falls behind by more reconnects and wakes every waiter.
+// the next batch (publishers batch their keys); a notifier that falls behind by more
+// reconnects and wakes every waiter. Small, because FerretDB's awaitData re-reads the whole
+// collection every 10 ms while a tailing cursor waits.
 const (
-	eventsMaxDocs = 256
-	eventsBytes   = 256 << 10
+	eventsMaxDocs = 32
+	eventsBytes   = 64 << 10
 )
 
 // FreedFunc is told the counter keys that got slots back, one entry per slot.

@@ -165,6 +165,9 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		}
 		return lease.Holder{}, err
 	}
+	if res != nil {
+		w.Order(res.At) // wake in the order the store's queue serves
+	}
 	defer func() { s.leave(ctx, res) }()
 
 	checkedLate := false
@@ -234,6 +237,9 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			busy = full
 			w.Rearm() // lost the race for the slot: back to its place
 			w.Block(busyKey(busy), busy)
+			if res != nil {
+				w.Order(res.At)
+			}
 		default:
 			return h, nil
 		}

@@ -26,8 +26,11 @@ func New() *Queue { return &Queue{byKey: map[string][]*Waiter{}} }
 // Waiter is one registered acquisition. Its position is fixed at Register: a waiter that is
 // woken and finds the level full again keeps it.
 type Waiter struct {
-	q    *Queue
-	seq  uint64
+	q   *Queue
+	seq uint64
+	// at, once set (Order), places the waiter by the store's order of reservations instead
+	// of by registration.
+	at   time.Time
 	keys []string
 	// blocked is set once an attempt found a level full (Block); only blocked waiters make
 	// newcomers queue behind them (Ahead).
@@ -78,6 +81,35 @@ func (w *Waiter) Block(key string, info any) {
 	w.info = info
 }
 
+// Order places the waiter by at (the server's time of its reservation in a queue shared with
+// other processes; ties by registration), ahead of waiters that have none, so that this
+// registry wakes waiters in the same order as that queue serves them.
+func (w *Waiter) Order(at time.Time) {
+	q := w.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.done {
+		return
+	}
+	w.at = at
+	for _, k := range w.keys {
+		q.remove(k, w)
+		q.insert(k, w)
+	}
+}
+
+// before orders waiters: by reservation time where both have one, those with one first, then
+// by registration.
+func before(a, b *Waiter) bool {
+	switch {
+	case !a.at.IsZero() && !b.at.IsZero() && !a.at.Equal(b.at):
+		return a.at.Before(b.at)
+	case a.at.IsZero() != b.at.IsZero():
+		return !a.at.IsZero()
+	}
+	return a.seq < b.seq
+}
+
 // C is signalled when a slot this waiter may take was freed (or the notifier asks every
 // waiter to re-check).
 func (w *Waiter) C() <-chan struct{} { return w.c }
@@ -107,8 +139,13 @@ func (w *Waiter) PassOn() {
 	default:
 	}
 	for _, k := range w.keys {
+		behind := false
 		for _, x := range q.byKey[k] {
-			if x.seq > w.seq && !x.woken {
+			if x == w {
+				behind = true
+				continue
+			}
+			if behind && !x.woken {
 				x.woken = true
 				select {
 				case x.c <- struct{}{}:
@@ -175,7 +212,7 @@ func (q *Queue) Ahead(keys ...string) (info any, ok bool) {
 	var oldest *Waiter
 	for _, k := range keys {
 		for _, w := range q.byKey[k] {
-			if w.blocked && (oldest == nil || w.seq < oldest.seq) {
+			if w.blocked && (oldest == nil || before(w, oldest)) {
 				oldest = w
 				break
 			}
@@ -238,7 +275,7 @@ func (q *Queue) remove(key string, w *Waiter) {
 func (q *Queue) insert(key string, w *Waiter) {
 	ws := q.byKey[key]
 	i := len(ws)
-	for i > 0 && ws[i-1].seq > w.seq {
+	for i > 0 && before(w, ws[i-1]) {
 		i--
 	}
 	ws = append(ws, nil)

@@ -214,3 +214,19 @@ func TestPassOnWakesTheNextOneBehind(t *testing.T) {
 		t.Errorf("woken %v, want nobody", got)
 	}
 }
+
+func TestOrderFollowsTheReservations(t *testing.T) {
+	q := New()
+	ws := []*Waiter{q.Register("k"), q.Register("k"), q.Register("k")}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ws[2].Order(t0) // reserved first although registered last
+	ws[0].Order(t0.Add(time.Millisecond))
+	q.Freed([]string{"k"})
+	if diff := cmp.Diff([]int{2}, woken(ws)); diff != "" {
+		t.Fatalf("woken (-want +got):\n%s", diff)
+	}
+	q.Freed([]string{"k"})
+	if diff := cmp.Diff([]int{0}, woken(ws)); diff != "" {
+		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+}
