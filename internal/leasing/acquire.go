@@ -170,6 +170,21 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 	}
 	defer func() { s.leave(ctx, res) }()
 
+	// blocked takes a new diagnosis: the level found full, maybe another one than before
+	// (then the reservation moves there).
+	blocked := func(full *lease.BusyError) error {
+		var err error
+		if res, err = s.requeue(ctx, req.Pod, res, busy, full); err != nil {
+			return err
+		}
+		busy = full
+		w.Block(busyKey(busy), busy)
+		if res != nil {
+			w.Order(res.At)
+		}
+		return nil
+	}
+
 	checkedLate := false
 	for {
 		remaining := deadline.Sub(s.clk.Now())
@@ -197,11 +212,9 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			case err != nil:
 				return lease.Holder{}, err
 			case full != nil:
-				if res, err = s.requeue(ctx, req.Pod, res, busy, full); err != nil {
+				if err := blocked(full); err != nil {
 					return lease.Holder{}, err
 				}
-				busy = full
-				w.Block(busyKey(busy), busy)
 			default:
 				s.queue.Freed([]string{busyKey(busy)})
 			}
@@ -231,14 +244,9 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		case err != nil:
 			return lease.Holder{}, err
 		case full != nil:
-			if res, err = s.requeue(ctx, req.Pod, res, busy, full); err != nil {
-				return lease.Holder{}, err
-			}
-			busy = full
 			w.Rearm() // lost the race for the slot: back to its place
-			w.Block(busyKey(busy), busy)
-			if res != nil {
-				w.Order(res.At)
+			if err := blocked(full); err != nil {
+				return lease.Holder{}, err
 			}
 		default:
 			return h, nil
