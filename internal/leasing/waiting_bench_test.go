@@ -211,6 +211,7 @@ func BenchmarkPeerWorkload(b *testing.B) {
 				held        time.Duration
 				waitSum     time.Duration
 				busy        int
+				rels []time.Duration
 				unavailable int
 				now, top    atomic.Int64
 				perHold     = make([]int, holders)
@@ -259,7 +260,12 @@ func BenchmarkPeerWorkload(b *testing.B) {
 						time.Sleep(hold)
 						heldFor := time.Since(heldFrom)
 						now.Add(-1)
-						if err := releaseHTTP(base, tok); err != nil {
+						rt := time.Now()
+						err = releaseHTTP(base, tok)
+						mu.Lock()
+						rels = append(rels, time.Since(rt))
+						mu.Unlock()
+						if err != nil {
 							b.Error(err)
 							return
 						}
@@ -284,6 +290,8 @@ func BenchmarkPeerWorkload(b *testing.B) {
 			b.ReportMetric(float64(slices.Min(perHold)), "per-holder-min")
 			b.ReportMetric(float64(slices.Max(perHold)), "per-holder-max")
 			b.ReportMetric(float64(busy), "busy")
+			b.ReportMetric(ms(pct(rels, 0.5)), "release-p50-ms")
+			b.ReportMetric(ms(pct(rels, 0.99)), "release-p99-ms")
 			b.ReportMetric(float64(unavailable), "unavailable")
 			b.ReportMetric(ms(solo), "uncontended-acquire-ms")
 			b.ReportMetric(float64(reads)/float64(ok), "reads/acquire")
