@@ -211,7 +211,7 @@ func BenchmarkPeerWorkload(b *testing.B) {
 				held        time.Duration
 				waitSum     time.Duration
 				busy        int
-				rels []time.Duration
+				rels        []time.Duration
 				unavailable int
 				now, top    atomic.Int64
 				perHold     = make([]int, holders)
