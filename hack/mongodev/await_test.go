@@ -73,3 +73,38 @@ func TestAwaitDataGetMoreDoesNotHoldTheLock(t *testing.T) {
 		t.Fatalf("tailed document n = %d, want 1", n)
 	}
 }
+
+// TestAwaitDataGetMoreTimesOutEmpty: with no insert, a parked awaitData getMore answers an
+// empty batch once its maxTimeMS is up, and the cursor stays open.
+func TestAwaitDataGetMoreTimesOutEmpty(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t, proxyURI)
+	db := dbName("awaitempty")
+	if err := c.Database(db).CreateCollection(ctx, "events",
+		options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<16).SetMaxDocuments(16)); err != nil {
+		t.Fatal(err)
+	}
+	events := c.Database(db).Collection("events")
+	if _, err := events.InsertOne(ctx, bson.D{{Key: "n", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := events.Find(ctx, bson.D{},
+		options.Find().SetCursorType(options.TailableAwait).SetBatchSize(1).SetMaxAwaitTime(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cur.Close(context.Background()) })
+	cur.Next(ctx)
+	if cur.TryNext(ctx) {
+		t.Fatalf("got %v, want an empty batch", cur.Current)
+	}
+	if cur.Err() != nil || cur.ID() == 0 {
+		t.Fatalf("cursor after an empty await: err %v, id %d; want open", cur.Err(), cur.ID())
+	}
+	if _, err := events.InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !cur.Next(ctx) || cur.Current.Lookup("n").Int32() != 1 {
+		t.Fatalf("next after an insert: %v %v", cur.Current, cur.Err())
+	}
+}

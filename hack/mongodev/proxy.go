@@ -20,6 +20,12 @@ type proxy struct {
 	// read: the backend executes one command at a time.
 	exchange sync.Mutex
 
+	// insMu guards insGen and inserted: the count of forwarded inserts, and a channel closed
+	// at the next one, for the awaitData getMores the proxy parks (awaitdata.go).
+	insMu    sync.Mutex
+	insGen   uint64
+	inserted chan struct{}
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -27,7 +33,8 @@ type proxy struct {
 }
 
 func newProxy(backendAddr string, logger *slog.Logger) *proxy {
-	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{})}
+	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{}),
+		inserted: make(chan struct{})}
 }
 
 // serve accepts client connections until ln is closed.
@@ -103,6 +110,7 @@ func (p *proxy) handle(client net.Conn) {
 	log.Debug("connected")
 	cr := bufio.NewReaderSize(client, 64<<10)
 	br := bufio.NewReaderSize(backend, 64<<10)
+	var seen uint64 // inserts forwarded when this connection's last awaitData getMore looked
 	for {
 		req, err := readMessage(cr)
 		if err != nil {
@@ -112,7 +120,12 @@ func (p *proxy) handle(client net.Conn) {
 			log.Debug("disconnected")
 			return
 		}
-		resps, err := p.roundTrip(backend, br, req)
+		var resps [][]byte
+		if awaitsData(req) {
+			resps, err = p.awaitData(backend, br, req, &seen)
+		} else {
+			resps, err = p.roundTrip(backend, br, req)
+		}
 		if err != nil {
 			log.Debug("backend exchange", "err", err)
 			return
@@ -128,9 +141,9 @@ func (p *proxy) handle(client net.Conn) {
 	}
 }
 
-// roundTrip writes req to the backend and reads its responses, under the global lock, except
-// for a getMore that may wait for data (see awaitsData): it only reads, and holding the lock
-// while the backend waits would stall every other client for up to its maxTimeMS.
+// roundTrip writes req to the backend and reads its responses, under the global lock. (A
+// getMore that may wait for data goes to awaitData instead, without the lock: holding it
+// while the backend waits would stall every other client for up to its maxTimeMS.)
 // A response with moreToCome (exhaust) is followed by more responses, read until one
 // without it.
 //
@@ -140,9 +153,10 @@ func (p *proxy) handle(client net.Conn) {
 // client a stale reply to its next request, and not reading it would leave it in the
 // backend connection to be taken for the reply to the next request.
 func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]byte, error) {
-	if !awaitsData(req) {
-		p.exchange.Lock()
-		defer p.exchange.Unlock()
+	p.exchange.Lock()
+	defer p.exchange.Unlock()
+	if commandName(req) == "insert" {
+		defer p.insertForwarded() // after the answer: the documents are there
 	}
 
 	if subs := splitCreateIndexes(req); subs != nil {
