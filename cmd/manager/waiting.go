@@ -31,7 +31,7 @@ func (w waiting) serviceOptions() []leasing.Option {
 // startNotifier follows the other processes' freed slots until ctx ends. It runs on every
 // replica (not only the leader): every replica serves acquisitions.
 func (w waiting) startNotifier(ctx context.Context, store *leasestore.Store) {
-	n := leasestore.NewNotifier(store, w.queue.Freed, func() { w.queue.WakeAll() })
+	n := leasestore.NewNotifier(store, w.queue.Notified, func() { w.queue.WakeAll() })
 	go n.Run(ctx)
 }
 

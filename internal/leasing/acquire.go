@@ -220,6 +220,21 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			}
 			continue
 		}
+		if woke == waitq.Remote && res == nil {
+			// Another process's event woke the oldest waiter of every process: read first,
+			// so that the losers cost a read rather than a failed write attempt.
+			full, err := s.look(ctx, req, remaining, busy)
+			switch {
+			case err != nil:
+				return lease.Holder{}, err
+			case full != nil:
+				w.Rearm()
+				if err := blocked(full); err != nil {
+					return lease.Holder{}, err
+				}
+				continue
+			}
+		}
 		if res != nil {
 			s.renew(ctx, res)
 			mine, localAhead, err := s.turn(ctx, *res, busy, remaining)

@@ -85,7 +85,7 @@ func startBenchProcesses(b *testing.B, n int, fairness leasing.Fairness, cmds *s
 		var notifier *leasestore.Notifier
 		notifier = leasestore.NewNotifier(s, func(keys []string) {
 			lastDelivery.Store(time.Now().UnixNano())
-			q.Freed(keys)
+			q.Notified(keys)
 		}, func() { q.WakeAll() })
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := make(chan struct{})

@@ -98,7 +98,7 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		if o.noNotifier {
 			close(p.stopped)
 		} else {
-			p.notifier = leasestore.NewNotifier(s, p.queue.Freed, func() { p.queue.WakeAll() })
+			p.notifier = leasestore.NewNotifier(s, p.queue.Notified, func() { p.queue.WakeAll() })
 			go func() {
 				defer close(p.stopped)
 				p.notifier.Run(ctx)

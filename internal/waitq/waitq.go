@@ -37,8 +37,11 @@ type Waiter struct {
 	blocked bool
 	info    any
 	woken   bool
-	done    bool
-	c       chan struct{}
+	// remote: the pending wake-up came from another process's event (Notified), which
+	// every process with waiters receives: the waiter reads before it writes.
+	remote bool
+	done   bool
+	c      chan struct{}
 }
 
 // Register adds a waiter on every key of its funnel, at the back of each queue. Register
@@ -120,6 +123,7 @@ func (w *Waiter) Rearm() {
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
 	w.woken = false
+	w.remote = false
 	select {
 	case <-w.c:
 	default:
@@ -134,6 +138,7 @@ func (w *Waiter) PassOn() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.woken = false
+	w.remote = false
 	select {
 	case <-w.c:
 	default:
@@ -187,6 +192,23 @@ func (q *Queue) Freed(keys []string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, k := range keys {
+		q.wake(k, 1)
+	}
+}
+
+// Notified is Freed for slots another process gave back, as its notifier reports them: the
+// same event wakes the oldest waiter of every process, so the waiters it wakes return Remote
+// from Wait and look before they write.
+func (q *Queue) Notified(keys []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, k := range keys {
+		for _, w := range q.byKey[k] {
+			if !w.woken {
+				w.remote = true
+				break
+			}
+		}
 		q.wake(k, 1)
 	}
 }
@@ -289,9 +311,12 @@ type Wake int
 
 // The reasons Wait returns.
 const (
-	// Freed: a slot was freed on the waiter's key (in this process or, via the notifier, in
-	// another); the waiter may try the write path at once.
+	// Freed: a slot was freed on the waiter's key in this process; the waiter may try the
+	// write path at once.
 	Freed Wake = iota
+	// Remote: another process freed a slot on the key (Notified); waiters of other processes
+	// were woken by the same event, so the waiter reads before it writes.
+	Remote
 	// Timer: the safety timer fired; the waiter re-checks with a read first.
 	Timer
 	// Deadline: the waiter's deadline came; it must answer busy.
@@ -315,6 +340,12 @@ func (w *Waiter) Wait(ctx context.Context, clk clock.Clock, safety time.Duration
 	defer t.Stop()
 	select {
 	case <-w.c:
+		w.q.mu.Lock()
+		remote := w.remote
+		w.q.mu.Unlock()
+		if remote {
+			return Remote
+		}
 		return Freed
 	case <-t.C():
 		return reason

@@ -230,3 +230,19 @@ func TestOrderFollowsTheReservations(t *testing.T) {
 		t.Errorf("woken (-want +got):\n%s", diff)
 	}
 }
+
+func TestNotifiedWakesAsRemote(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := New()
+	a, b := q.Register("k"), q.Register("k")
+	q.Notified([]string{"k"})
+	if r := a.Wait(context.Background(), clk, time.Second, clk.Now().Add(time.Minute)); r != Remote {
+		t.Errorf("Wait after Notified = %v, want Remote", r)
+	}
+	a.Rearm()
+	q.Freed([]string{"k"})
+	if r := a.Wait(context.Background(), clk, time.Second, clk.Now().Add(time.Minute)); r != Freed {
+		t.Errorf("Wait after Freed = %v, want Freed", r)
+	}
+	_ = b
+}
