@@ -126,6 +126,14 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 	return ps
 }
 
+// untilBlocked returns once a waiter of p is blocked on the global level of resource.
+func (p *process) untilBlocked(resource string) {
+	k := lease.CounterKey(resource, lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	for p.queue.Blocked(k) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func podReq(name string, i int) leasing.Request {
 	r := req(name, "acme", "p", fmt.Sprintf("u%d", i))
 	r.Pod = lease.PodRef{Namespace: "ns", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("uid-%d", i)}
@@ -289,13 +297,7 @@ func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errs <- err }()
 	// The second waiter starts once the first is blocked in the queue.
-	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u1"))
-	for {
-		if _, ok := p.queue.Ahead(k); ok {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	p.untilBlocked("x")
 	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 2)); errs <- err }()
 	for range 2 {
 		b := asBusy(t, <-errs)
@@ -433,13 +435,7 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 			mustAcquire(t, p.svc, podReq("x", 0))
 			errc := make(chan error, 1)
 			go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errc <- err }()
-			k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
-			for {
-				if _, ok := p.queue.Ahead(k); ok {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			p.untilBlocked("x")
 			c.cutNow()
 			err := <-errc
 			if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {

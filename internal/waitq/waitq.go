@@ -122,6 +122,11 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 func (w *Waiter) Rearm() {
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
+	w.rearm()
+}
+
+// rearm drops a pending wake-up; q.mu is held.
+func (w *Waiter) rearm() {
 	w.woken = false
 	w.remote = false
 	select {
@@ -137,12 +142,7 @@ func (w *Waiter) PassOn() {
 	q := w.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	w.woken = false
-	w.remote = false
-	select {
-	case <-w.c:
-	default:
-	}
+	w.rearm()
 	for _, k := range w.keys {
 		behind := false
 		for _, x := range q.byKey[k] {
