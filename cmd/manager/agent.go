@@ -100,7 +100,8 @@ func runAgent(args []string) error {
 		return err
 	}
 	k8ssource.RegisterTenancyInvalidation(tenants, resolver)
-	store, closeStore, err := setupStore(f.store)
+	wt := newWaiting()
+	store, closeStore, err := setupStore(f.store, wt.storeOptions()...)
 	if err != nil {
 		return err
 	}
@@ -117,11 +118,12 @@ func runAgent(args []string) error {
 	dispatcher := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
 		revocation.WithMetrics(m), revocation.WithRegisterer(ctrlmetrics.Registry),
 		revocation.WithLogger(log.WithName("revocation")))
-	var svcOpts []leasing.Option
+	svcOpts := wt.serviceOptions()
 	if f.managerURL != "" {
 		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
 	}
 	svc := leasing.NewService(store, resolver, registry, dispatcher, realClock, m, svcOpts...)
+	wt.startNotifier(ctx, store)
 
 	api := routes(routeHandlers{
 		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),

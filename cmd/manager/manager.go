@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -101,7 +102,8 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := setupStore(f.store, leasestore.WithSafetyMargin(f.reconcileSafety))
+	wt := newWaiting()
+	store, closeStore, err := setupStore(f.store, append(wt.storeOptions(), leasestore.WithSafetyMargin(f.reconcileSafety))...)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,8 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := setupAPIServer(mgr, f, store, resolver, rev); err != nil {
+	rev.watcher.OnPodGone(wt.dropReservations(ctx, store))
+	if err := setupAPIServer(ctx, mgr, f, store, resolver, rev, wt); err != nil {
 		return err
 	}
 	if err := setupLiveAPI(mgr, f.live, liveapi.Deps{
@@ -220,10 +223,11 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 	return revocationParts{self: self, watcher: watcher, hub: hub, registry: registry, dispatcher: dispatcher, sweep: sweep, metrics: m}, nil
 }
 
-// setupAPIServer serves the admission API, the revocation receiver, the agents' sweep relay
+// setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver, the agents' sweep relay
 // and the operator API on --api-bind-address.
-func setupAPIServer(mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts) error {
-	svc := leasing.NewService(store, resolver, rev.registry, rev.dispatcher, realClock, rev.metrics)
+func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts, wt waiting) error {
+	svc := leasing.NewService(store, resolver, rev.registry, rev.dispatcher, realClock, rev.metrics, wt.serviceOptions()...)
+	wt.startNotifier(ctx, store)
 	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
 	mux := routes(routeHandlers{
 		api:     httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),

@@ -22,6 +22,12 @@ type proxy struct {
 	// ids indexes collection tables for FerretDB's _id lookups (idindex.go); nil: off.
 	ids *idIndexer
 
+	// insMu guards insGen and inserted: the count of forwarded inserts, and a channel closed
+	// at the next one, for the awaitData getMores the proxy parks (awaitdata.go).
+	insMu    sync.Mutex
+	insGen   uint64
+	inserted chan struct{}
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -29,7 +35,8 @@ type proxy struct {
 }
 
 func newProxy(backendAddr string, logger *slog.Logger) *proxy {
-	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{})}
+	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{}),
+		inserted: make(chan struct{})}
 }
 
 // serve accepts client connections until ln is closed.
@@ -105,6 +112,7 @@ func (p *proxy) handle(client net.Conn) {
 	log.Debug("connected")
 	cr := bufio.NewReaderSize(client, 64<<10)
 	br := bufio.NewReaderSize(backend, 64<<10)
+	var seen uint64 // inserts forwarded when this connection's last awaitData getMore looked
 	for {
 		req, err := readMessage(cr)
 		if err != nil {
@@ -114,7 +122,12 @@ func (p *proxy) handle(client net.Conn) {
 			log.Debug("disconnected")
 			return
 		}
-		resps, err := p.roundTrip(backend, br, req)
+		var resps [][]byte
+		if awaitsData(req) {
+			resps, err = p.awaitData(backend, br, req, &seen)
+		} else {
+			resps, err = p.roundTrip(backend, br, req)
+		}
 		if err != nil {
 			log.Debug("backend exchange", "err", err)
 			return
@@ -130,7 +143,9 @@ func (p *proxy) handle(client net.Conn) {
 	}
 }
 
-// roundTrip writes req to the backend and reads its responses, under the global lock.
+// roundTrip writes req to the backend and reads its responses, under the global lock. (A
+// getMore that may wait for data goes to awaitData instead, without the lock: holding it
+// while the backend waits would stall every other client for up to its maxTimeMS.)
 // A response with moreToCome (exhaust) is followed by more responses, read until one
 // without it.
 //
@@ -142,6 +157,9 @@ func (p *proxy) handle(client net.Conn) {
 func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]byte, error) {
 	p.exchange.Lock()
 	defer p.exchange.Unlock()
+	if commandName(req) == "insert" {
+		defer p.insertForwarded() // after the answer: the documents are there
+	}
 
 	if subs := splitCreateIndexes(req); subs != nil {
 		resp, err := createIndexesOneByOne(backend, br, req, subs)
@@ -177,4 +195,19 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 			return resps, nil
 		}
 	}
+}
+
+// awaitsData reports whether req is a getMore that carries maxTimeMS. Both MongoDB and
+// FerretDB v1.24.2 accept maxTimeMS on getMore only for a tailable awaitData cursor (FerretDB:
+// "cannot set maxTimeMS on getMore command for a non-awaitData cursor"), so the field alone
+// tells a getMore that blocks server-side until data arrives or the time is up. Such a
+// getMore only reads a capped collection (FerretDB re-runs the cursor's query every 10 ms
+// while it waits); reads need not be serialized, only the conditional writes do.
+func awaitsData(req []byte) bool {
+	body := opMsgBody(req)
+	if body == nil || firstKey(body) != "getMore" {
+		return false
+	}
+	_, err := body.LookupErr("maxTimeMS")
+	return err == nil
 }

@@ -114,7 +114,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	}
 
 	for i, l := range levels {
-		ok, count, err := s.increment(ctx, l, req.Resource, req.Tenant)
+		ok, count, err := s.increment(ctx, l, req.Resource, req.Tenant, req.Queued)
 		if err != nil {
 			return lease.Holder{}, s.abandon(ctx, token, nil, false, err)
 		}
@@ -194,8 +194,12 @@ const incrementAttempts = 3
 // missing counter is created with a pure _id upsert (count 0), and the conditional update
 // runs again, as it does when the counter shows room after all. A duplicate key on the
 // upsert means a concurrent first use created it: that is "exists", never busy.
-func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string) (ok bool, count int, err error) {
+func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string, queued bool) (ok bool, count int, err error) {
 	filter := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}
+	if !queued {
+		// Without a reservation whose turn has come, no slot while others queue (queue.go).
+		filter = append(filter, bson.E{Key: "queued", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 0}}}}})
+	}
 	update := bson.D{
 		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
@@ -212,7 +216,7 @@ func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant s
 		err = s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: l.key}}).Decode(&c)
 		switch {
 		case err == nil:
-			if c.Count >= l.Cap {
+			if c.Count >= l.Cap || !queued && c.Queued > 0 {
 				return false, c.Count, nil
 			}
 			continue
@@ -317,6 +321,7 @@ func (s *Store) decrement(ctx context.Context, keys []string) error {
 	if _, err := s.counters.UpdateMany(ctx, filter, update); err != nil {
 		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
 	}
+	s.freed(keys)
 	return nil
 }
 

@@ -80,11 +80,13 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 			res.Deleted++
 			if c.Count > 0 {
 				res.Lowered++
+				s.freed(repeat(c.ID, c.Count))
 			}
 		default:
 			res.Corrected++
 			if action == actionLower {
 				res.Lowered++
+				s.freed(repeat(c.ID, c.Count-want))
 			}
 		}
 		return nil

@@ -66,6 +66,9 @@ type config struct {
 	fault        FaultFunc
 	observe      func(command string)
 	observeReply func(command string, docs int)
+	// freedHook and publish: see freed.go.
+	freedHook FreedFunc
+	publish   bool
 }
 
 // Option configures a Store.
@@ -104,7 +107,16 @@ type Store struct {
 	db       *mongo.Database
 	counters *mongo.Collection
 	holders  *mongo.Collection
+	events   *mongo.Collection
+	queue    *mongo.Collection
 	cfg      config
+
+	// origin names this store in the freed-slot events it publishes; pub publishes them
+	// (nil without WithFreedEvents); eventsReady: the capped collection exists.
+	origin      string
+	pub         *publisher
+	eventsMu    sync.Mutex
+	eventsReady bool
 
 	// mu guards lowering: counters seen above their booked holders by the last reconcile.
 	mu       sync.Mutex
@@ -141,17 +153,25 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("connecting to MongoDB: %w", err)
 	}
 	db := client.Database(database)
-	return &Store{
+	s := &Store{
 		client:   client,
 		db:       db,
 		counters: db.Collection(CountersCollection),
 		holders:  db.Collection(HoldersCollection),
+		events:   db.Collection(EventsCollection),
+		queue:    db.Collection(QueueCollection),
 		cfg:      cfg,
-	}, nil
+		origin:   newOrigin(),
+	}
+	if cfg.publish {
+		s.startPublisher()
+	}
+	return s, nil
 }
 
 // Close disconnects the client.
 func (s *Store) Close(ctx context.Context) error {
+	s.stopPublisher()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	return s.client.Disconnect(ctx)
@@ -215,7 +235,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	if _, err := s.counters.Indexes().CreateMany(ctx, counterIdx); err != nil {
 		return unavailable("creating counter indexes", err)
 	}
-	return nil
+	return s.ensureQueueIndexes(ctx)
 }
 
 // bound gives ctx the store's operation timeout unless it already has an earlier deadline.
@@ -253,6 +273,8 @@ type counterDoc struct {
 	Tenant    string    `bson:"tenant"`
 	Count     int       `bson:"count"`
 	UpdatedAt time.Time `bson:"updatedAt"`
+	// Queued counts the reservations on this counter (queue.go).
+	Queued int `bson:"queued"`
 }
 
 // podDoc is the pod of a holder document.

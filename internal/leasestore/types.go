@@ -24,6 +24,9 @@ type AcquireRequest struct {
 	Payload   map[string]string
 	// TTL is the idle time after which the holder may be reaped.
 	TTL time.Duration
+	// Queued: the caller holds a reservation whose turn has come (Turn), so the levels'
+	// queues do not hold it back.
+	Queued bool
 }
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.

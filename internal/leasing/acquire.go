@@ -11,6 +11,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
 // Acquire obtains a lease (specification §3). It validates the request, resolves the
@@ -125,31 +126,78 @@ func capsOf(c definition.Caps) []lease.LevelCap {
 	return out
 }
 
-// acquire runs the funnel with waiting. The first round (one attempt, and while busy a
-// lazy sweep and, if it reaped, one more attempt) is bounded by ctx and the store's own
-// timeout; every later round is bounded by the deadline. While waiting it probes (reads)
-// and writes only when every level shows room.
+// acquire runs the funnel with waiting (docs/waiting.md). The acquisition registers in the
+// wait queue on every key of its funnel before its first attempt, so a slot freed while that
+// attempt runs wakes it. A newcomer that finds older waiters of this process blocked on a key
+// of its funnel queues behind them without an attempt (it would take the slot freed for
+// them). While a level stays full it waits for a wake-up (a slot freed in this process, or
+// in another one as told by the notifier) or its jittered safety timer, never past the
+// deadline: a wake-up goes straight to the write path, the safety timer reads first (Probe,
+// and the lazy sweep when full). The first attempt is bounded by ctx and the store's own
+// timeout, every later one by the deadline.
 func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time) (lease.Holder, error) {
 	op := "acquiring " + req.Resource
-	h, err := s.store.Acquire(ctx, req)
-	busy, err := s.outcome(op, err)
-	if err != nil || busy == nil {
-		return h, err
-	}
-	if s.sweep(ctx, req.Resource) > 0 {
-		h, err = s.store.Acquire(ctx, req)
-		if busy, err = s.outcome(op, err); err != nil || busy == nil {
+	w := s.queue.Register(funnelKeys(req)...)
+	defer w.Done()
+
+	var busy *lease.BusyError
+	if info, ok := s.queue.Ahead(funnelKeys(req)...); ok && deadline.After(s.clk.Now()) {
+		busy = busyOf(info.(*lease.BusyError))
+	} else {
+		h, err := s.store.Acquire(ctx, req)
+		busy, err = s.outcome(op, err)
+		if err != nil || busy == nil {
 			return h, err
 		}
+		if s.sweep(ctx, req.Resource) > 0 {
+			h, err = s.store.Acquire(ctx, req)
+			if busy, err = s.outcome(op, err); err != nil || busy == nil {
+				return h, err
+			}
+		}
 	}
-
-	for poll := 0; ; poll++ {
-		remaining := deadline.Sub(s.clk.Now())
-		if remaining <= 0 {
+	w.Block(busyKey(busy), busy)
+	if !deadline.After(s.clk.Now()) {
+		return lease.Holder{}, busy
+	}
+	res, err := s.reserve(ctx, req.Pod, busy)
+	if err != nil {
+		if ctx.Err() != nil { // the caller gave up
+			busy.Err = ctx.Err()
 			return lease.Holder{}, busy
 		}
-		pause := min(pollDelay(poll, s.cfg.pollMin, s.cfg.pollMax, s.cfg.random()), remaining)
-		if !s.sleep(ctx, pause) {
+		return lease.Holder{}, err
+	}
+	if res != nil {
+		w.Order(res.At) // wake in the order the store's queue serves
+	}
+	defer func() { s.leave(ctx, res) }()
+
+	// blocked takes a new diagnosis: the level found full, maybe another one than before
+	// (then the reservation moves there).
+	blocked := func(full *lease.BusyError) error {
+		var err error
+		if res, err = s.requeue(ctx, req.Pod, res, busy, full); err != nil {
+			return err
+		}
+		busy = full
+		w.Block(busyKey(busy), busy)
+		if res != nil {
+			w.Order(res.At)
+		}
+		return nil
+	}
+
+	checkedLate := false
+	for {
+		remaining := deadline.Sub(s.clk.Now())
+		d, late := nextCheck(waitq.SafetyDelay(s.cfg.safety, s.cfg.random()), remaining, checkedLate)
+		checkedLate = checkedLate || late
+		woke := w.Wait(ctx, s.clk, d, deadline)
+		switch woke {
+		case waitq.Deadline:
+			return lease.Holder{}, busy
+		case waitq.Cancelled:
 			busy.Err = ctx.Err()
 			return lease.Holder{}, busy
 		}
@@ -157,62 +205,166 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		if remaining <= 0 {
 			return lease.Holder{}, busy
 		}
-		h, full, err := s.poll(ctx, req, remaining, busy)
+		if woke == waitq.Timer {
+			// The safety timer's look: a read only. Room seen is handed to the oldest waiter
+			// of this process that has no wake-up yet (maybe this one), so a waiter that
+			// looks on its timer never goes ahead of older ones (docs/waiting.md).
+			s.renew(ctx, res)
+			full, err := s.sharedLook(ctx, req, remaining, busy)
+			switch {
+			case err != nil:
+				return lease.Holder{}, err
+			case full != nil:
+				if err := blocked(full); err != nil {
+					return lease.Holder{}, err
+				}
+			default:
+				s.queue.Freed([]string{busyKey(busy)})
+			}
+			continue
+		}
+		if woke == waitq.Remote && res == nil {
+			// Another process's event woke the oldest waiter of every process: read first,
+			// so that the losers cost a read rather than a failed write attempt.
+			full, err := s.look(ctx, req, remaining, busy)
+			switch {
+			case err != nil:
+				return lease.Holder{}, err
+			case full != nil:
+				w.Rearm()
+				if err := blocked(full); err != nil {
+					return lease.Holder{}, err
+				}
+				continue
+			}
+		}
+		if res != nil {
+			s.renew(ctx, res)
+			mine, localAhead, err := s.turn(ctx, *res, busy, remaining)
+			if err != nil {
+				return lease.Holder{}, err
+			}
+			if !mine { // older waiters come first
+				if localAhead {
+					// One of them is in this process, younger here than in the store's
+					// order (reserved later): hand the wake-up down the local queue.
+					w.PassOn()
+				} else {
+					w.Rearm() // theirs comes from their process's notifier
+				}
+				continue
+			}
+		}
+		attempt := req
+		attempt.Queued = res != nil
+		h, full, err := s.poll(ctx, attempt, remaining, busy)
 		switch {
 		case err != nil:
 			return lease.Holder{}, err
 		case full != nil:
-			busy = full
+			w.Rearm() // lost the race for the slot: back to its place
+			if err := blocked(full); err != nil {
+				return lease.Holder{}, err
+			}
 		default:
 			return h, nil
 		}
 	}
 }
 
-// minRoundBudget is the least time a waiting round gives its store calls, however little of
-// the wait is left. A healthy store answers well within it, so a store call that outlives it
-// is a store that does not answer: LEASE_UNAVAILABLE, not a diagnosis of a full level
-// (specification §3). The wait may thus run over by at most this much.
-const minRoundBudget = time.Second
-
-// poll is one round of a waiting acquisition, bounded by remaining (at least minRoundBudget):
-// a probe, while full possibly a lazy sweep, and the write attempt only when the probe (or the
-// sweep) found room. It returns the holder, or the busy diagnosis, or an error. A round cut
-// short by ctx (the caller is gone) reports busy with the last diagnosis it has; a store call
-// cut by the round's own deadline is unavailable.
-func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
-	last *lease.BusyError) (lease.Holder, *lease.BusyError, error) {
-	op := "acquiring " + req.Resource
-	rctx, cancel := context.WithTimeout(ctx, max(remaining, minRoundBudget))
-	defer cancel()
-	// cut answers a failed store call: classified (err from storeError), unless the caller
-	// is gone.
-	cut := func(err error) (lease.Holder, *lease.BusyError, error) {
-		if ctx.Err() == nil {
-			return lease.Holder{}, nil, err
-		}
-		b := *last
-		b.Err = ctx.Err()
-		return lease.Holder{}, nil, &b
+// nextCheck is the pause before a waiter's next own look at the store (safety: the jittered
+// safety delay). A deadline that comes before the safety timer gets one look at 3/4 of the
+// remaining time, so that a store that went down while the level was full answers
+// unavailable rather than busy; after that look the waiter sleeps to the deadline (late).
+func nextCheck(safety, remaining time.Duration, checkedLate bool) (d time.Duration, late bool) {
+	switch {
+	case safety < remaining:
+		return safety, false
+	case checkedLate:
+		return remaining, false
+	default:
+		return remaining * 3 / 4, true
 	}
-	var full *lease.BusyError
-	if s.probe {
-		var err error
-		full, err = s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
-		if err != nil {
-			return cut(storeError(op, "lease", err))
+}
+
+// funnelKeys are the counter keys of the request's capped levels.
+func funnelKeys(req leasestore.AcquireRequest) []string {
+	keys := make([]string, len(req.Caps))
+	for i, c := range req.Caps {
+		keys[i] = lease.CounterKey(req.Resource, c.Level, lease.ScopeOf(c.Level, req.Tenant, req.Project, req.User))
+	}
+	return keys
+}
+
+// busyKey is the counter key of the level a busy diagnosis names.
+func busyKey(b *lease.BusyError) string { return lease.CounterKey(b.Resource, b.Level, b.Scope) }
+
+// look is the safety timer's read, bounded by remaining: a probe and, while full, possibly
+// a lazy sweep. It returns the busy diagnosis, or nil when every level shows room (or the
+// sweep freed some), or an error. A look cut short by ctx reports busy with the last
+// diagnosis; a store that does not answer before the wait's deadline is unavailable (no
+// evidence of a full level: fail closed).
+func (s *Service) look(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
+	last *lease.BusyError) (*lease.BusyError, error) {
+	if !s.probe {
+		return nil, nil // the benchmark's baseline: every look is a write attempt
+	}
+	rctx, cancel := context.WithTimeout(ctx, remaining)
+	defer cancel()
+	full, err := s.store.Probe(rctx, req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	if err != nil {
+		if ctx.Err() != nil {
+			b := *last
+			b.Err = ctx.Err()
+			return &b, nil
 		}
+		return nil, storeError("acquiring "+req.Resource, "lease", err)
 	}
 	if full != nil && s.sweep(rctx, req.Resource) > 0 {
-		full = nil
+		return nil, nil
 	}
 	if full != nil {
-		return lease.Holder{}, busyOf(full), nil
+		return busyOf(full), nil
 	}
+	return nil, nil
+}
+
+// sharedLook is the safety timer's look, shared by the waiters of one key in this process:
+// a look taken by another of them within half a safety period answers for this one too
+// (room seen: nothing to do, that look woke the oldest waiter already). So the reads of a
+// process stay about two per safety period and key however many wait there. Errors are not
+// shared: each waiter fails closed on its own look.
+func (s *Service) sharedLook(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
+	last *lease.BusyError) (*lease.BusyError, error) {
+	key := busyKey(last)
+	now := s.clk.Now()
+	if r, ok := s.looks.recent(key, now, s.cfg.safety/2); ok {
+		if r.full == nil && r.err == nil {
+			return last, nil
+		}
+		return r.full, r.err
+	}
+	full, err := s.look(ctx, req, remaining, last)
+	// Only an answer is shared: an error may be this waiter's deadline cutting its look.
+	if err == nil && ctx.Err() == nil {
+		s.looks.put(key, now, s.cfg.safety/2, lookResult{full: full, err: err})
+	}
+	return full, err
+}
+
+// poll is the write attempt of a woken waiter, bounded by remaining. It returns the holder,
+// or the busy diagnosis, or an error; an attempt cut short by ctx reports busy with the last
+// diagnosis.
+func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
+	last *lease.BusyError) (lease.Holder, *lease.BusyError, error) {
+	rctx, cancel := context.WithTimeout(ctx, remaining)
+	defer cancel()
 	h, err := s.store.Acquire(rctx, req)
-	busy, err := s.outcome(op, err)
-	if err != nil {
-		return cut(err)
+	busy, err := s.outcome("acquiring "+req.Resource, err)
+	if err != nil && ctx.Err() != nil {
+		b := *last
+		b.Err = ctx.Err()
+		return lease.Holder{}, &b, nil
 	}
 	return h, busy, nil
 }
@@ -266,33 +418,4 @@ func (s *Service) sweep(ctx context.Context, resource string) int {
 	}
 	s.dispatch(ctx, metrics.ReapIdle, reaped)
 	return len(reaped) + dispatched
-}
-
-// sleep pauses for d on the service's clock; false when ctx ended first.
-func (s *Service) sleep(ctx context.Context, d time.Duration) bool {
-	t := s.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// pollDelay is the pause before poll n (0-based) of a waiting acquisition: uniformly random
-// (r in [0,1)) between lo and a bound that starts at 2·lo and doubles per poll up to hi —
-// full jitter above a floor, so acquirers that found the resource full together do not
-// retry in lockstep, and long waits poll less often.
-func pollDelay(n int, lo, hi time.Duration, r float64) time.Duration {
-	up := hi
-	if n < 30 {
-		if b := lo << (n + 1); b > 0 && b < hi {
-			up = b
-		}
-	}
-	if up < lo {
-		up = lo
-	}
-	return lo + time.Duration(r*float64(up-lo))
 }

@@ -141,7 +141,7 @@ func BenchmarkContendedWaiting(b *testing.B) {
 				}
 				clients[i] = &countingStore{Store: s, cmds: cc}
 				svcs[i] = NewService(clients[i], fixedResolver{def}, NewStaticTypes("tex"), nil, nil, nil,
-					WithPollInterval(5*time.Millisecond, 50*time.Millisecond))
+					WithSafetyTimer(50*time.Millisecond))
 				svcs[i].probe = tc.probe
 			}
 			var acquireRT, acquireReads, acquireWrites, okN atomic.Int64

@@ -197,7 +197,9 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 func TestWaitingCostsReadsNotWrites(t *testing.T) {
 	fc := testingclock.NewFakeClock(time.Now())
 	e := newEnv(t, []leaseDef{{name: "tex", project: 1, global: 5, ttlSeconds: 3600, waitMs: 60000}},
-		envOpts{clock: fc, svcOpts: []leasing.Option{leasing.WithPollInterval(10*time.Millisecond, 100*time.Millisecond)}})
+		envOpts{clock: fc, svcOpts: []leasing.Option{leasing.WithSafetyTimer(80 * time.Millisecond),
+			// No renewal of the waiter's reservation within the test's 2.5 s of fake time.
+			leasing.WithReservationTTL(time.Hour)}})
 	held := mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))
 
 	type result struct {

@@ -5,29 +5,28 @@ import (
 	"time"
 )
 
-func TestPollDelay(t *testing.T) {
-	const lo, hi = 20 * time.Millisecond, 500 * time.Millisecond
+func TestNextCheck(t *testing.T) {
+	const s = time.Second
 	cases := map[string]struct {
-		n      int
-		r      float64
-		want   time.Duration
-		lo, hi time.Duration
+		safety, remaining time.Duration
+		checkedLate       bool
+		want              time.Duration
+		wantLate          bool
 	}{
-		"first poll, r=0 is the floor":     {n: 0, r: 0, want: lo, lo: lo, hi: hi},
-		"first poll bound is 2·lo":         {n: 0, r: 0.999999, want: 40 * time.Millisecond, lo: lo, hi: hi},
-		"bound doubles":                    {n: 2, r: 0.5, want: lo + (160*time.Millisecond-lo)/2, lo: lo, hi: hi},
-		"bound stops at hi":                {n: 10, r: 0.999999, want: hi, lo: lo, hi: hi},
-		"huge n does not overflow":         {n: 1 << 20, r: 0.5, want: lo + (hi-lo)/2, lo: lo, hi: hi},
-		"lo equal hi is a constant period": {n: 3, r: 0.7, want: lo, lo: lo, hi: lo},
+		"safety timer before the deadline":   {safety: s, remaining: 10 * s, want: s},
+		"deadline first: one look at 3/4":    {safety: s, remaining: 800 * time.Millisecond, want: 600 * time.Millisecond, wantLate: true},
+		"after the late look: the deadline":  {safety: s, remaining: 200 * time.Millisecond, checkedLate: true, want: 200 * time.Millisecond},
+		"equal: the deadline comes first":    {safety: s, remaining: s, want: 750 * time.Millisecond, wantLate: true},
+		"late look taken, safety still fits": {safety: s, remaining: 10 * s, checkedLate: true, want: s},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := pollDelay(tc.n, tc.lo, tc.hi, tc.r)
-			if d := got - tc.want; d < -time.Microsecond || d > time.Microsecond {
-				t.Errorf("pollDelay(%d, %v, %v, %v) = %v, want %v", tc.n, tc.lo, tc.hi, tc.r, got, tc.want)
+			d, late := nextCheck(tc.safety, tc.remaining, tc.checkedLate)
+			if d != tc.want || late != tc.wantLate {
+				t.Errorf("nextCheck(%v, %v, %v) = %v, %v; want %v, %v", tc.safety, tc.remaining, tc.checkedLate, d, late, tc.want, tc.wantLate)
 			}
-			if got < tc.lo || got > tc.hi {
-				t.Errorf("pollDelay = %v outside [%v, %v]", got, tc.lo, tc.hi)
+			if d > tc.remaining {
+				t.Errorf("next check %v after the deadline %v", d, tc.remaining)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
 // Store is the part of the lease store the admission service uses.
@@ -26,6 +27,11 @@ type Store interface {
 	Release(ctx context.Context, token string) (released bool, err error)
 	// ReapIdle deletes the idle holders of resource and returns them.
 	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
+	// Reserve, Renew, Turn and Leave are the cross-process wait queue (FairGlobal).
+	Reserve(ctx context.Context, key string, pod lease.PodRef, expires time.Time) (leasestore.Reservation, error)
+	Renew(ctx context.Context, key string, expires time.Time) error
+	Turn(ctx context.Context, r leasestore.Reservation, cap int, now time.Time) (mine, localAhead bool, err error)
+	Leave(ctx context.Context, r leasestore.Reservation) error
 }
 
 var _ Store = (*leasestore.Store)(nil)
@@ -74,10 +80,10 @@ func (st StaticTypes) Has(leaseType string) bool { return st[leaseType] }
 
 // Defaults of the options.
 const (
-	// DefaultPollMin is the shortest pause between two polls of a waiting acquisition.
-	DefaultPollMin = 20 * time.Millisecond
-	// DefaultPollMax is the longest pause between two polls.
-	DefaultPollMax = 500 * time.Millisecond
+	// DefaultSafetyTimer is the mean pause between a waiting acquisition's own looks at the
+	// store when no wake-up comes (jittered by ±1/4): it bounds what a lost wake-up costs, and
+	// the reads of a waiter to about one per second.
+	DefaultSafetyTimer = time.Second
 	// DefaultSweepInterval is how often, at most, one resource is swept lazily.
 	DefaultSweepInterval = time.Second
 	// DefaultTokenCacheSize bounds the in-process token→resource map that labels the check
@@ -108,12 +114,15 @@ const (
 )
 
 type config struct {
-	pollMin, pollMax time.Duration
-	sweepInterval    time.Duration
-	idleReaper       IdleReaper
-	tokenCacheSize   int
-	maxLabels        int
-	random           func() float64
+	safety         time.Duration
+	queue          *waitq.Queue
+	fairness       Fairness
+	reservationTTL time.Duration
+	sweepInterval  time.Duration
+	idleReaper     IdleReaper
+	tokenCacheSize int
+	maxLabels      int
+	random         func() float64
 }
 
 // IdleReaper runs the lazy idle sweep of one resource. It returns the holders it reaped for
@@ -130,12 +139,13 @@ func WithIdleReaper(r IdleReaper) Option { return func(c *config) { c.idleReaper
 // Option configures a Service.
 type Option func(*config)
 
-// WithPollInterval sets the bounds of the jittered pause between two polls of a waiting
-// acquisition: each pause is uniformly random between min and a bound that starts at 2·min
-// and doubles per poll up to max.
-func WithPollInterval(lo, hi time.Duration) Option {
-	return func(c *config) { c.pollMin, c.pollMax = lo, hi }
-}
+// WithSafetyTimer sets the mean pause of a waiting acquisition's safety timer (docs/waiting.md).
+func WithSafetyTimer(d time.Duration) Option { return func(c *config) { c.safety = d } }
+
+// WithWaitQueue makes the service wait in q: the queue that the store's freed hook
+// (leasestore.WithFreedHook(q.Freed)) and the process's notifier wake. Without it the
+// service has a queue of its own that nothing wakes: its waiters run on their safety timers.
+func WithWaitQueue(q *waitq.Queue) Option { return func(c *config) { c.queue = q } }
 
 // WithSweepInterval sets how often, at most, the service runs the lazy idle sweep of one
 // resource (when an acquisition finds it full, and again while it waits).
@@ -159,10 +169,14 @@ type Service struct {
 	metrics  *metrics.Metrics
 	cfg      config
 	probe    bool // false only in the benchmark's baseline
+	queue    *waitq.Queue
 
 	tokens *tokenLabels
 	labels *labelSet
 	sweeps *sweepGate
+	looks  *lookShare
+	// renewals gates the renewal of this process's reservations per key.
+	renewals *sweepGate
 
 	dispatching sync.WaitGroup
 }
@@ -172,8 +186,9 @@ type Service struct {
 func NewService(store Store, resolver Resolver, types TypeRegistry, listener RevocationListener,
 	clk clock.WithTicker, m *metrics.Metrics, opts ...Option) *Service {
 	cfg := config{
-		pollMin:        DefaultPollMin,
-		pollMax:        DefaultPollMax,
+		safety:         DefaultSafetyTimer,
+		fairness:       FairProcess,
+		reservationTTL: DefaultReservationTTL,
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,
 		maxLabels:      DefaultMaxResourceLabels,
@@ -182,11 +197,14 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.pollMin <= 0 {
-		cfg.pollMin = DefaultPollMin
+	if cfg.safety <= 0 {
+		cfg.safety = DefaultSafetyTimer
 	}
-	if cfg.pollMax < cfg.pollMin {
-		cfg.pollMax = cfg.pollMin
+	if cfg.reservationTTL <= 0 {
+		cfg.reservationTTL = DefaultReservationTTL
+	}
+	if cfg.queue == nil {
+		cfg.queue = waitq.New()
 	}
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -203,9 +221,12 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 		metrics:  m,
 		cfg:      cfg,
 		probe:    true,
+		queue:    cfg.queue,
 		tokens:   newTokenLabels(cfg.tokenCacheSize),
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   &sweepGate{last: map[string]time.Time{}},
+		looks:    &lookShare{last: map[string]lookResult{}},
+		renewals: &sweepGate{last: map[string]time.Time{}},
 	}
 }
 
@@ -238,6 +259,46 @@ func (s *Service) dispatch(ctx context.Context, reason string, holders []lease.H
 	}
 	dctx := context.WithoutCancel(ctx)
 	s.dispatching.Go(func() { s.listener.Revoked(dctx, reason, holders) })
+}
+
+// lookResult is the outcome of one safety-timer look at a key.
+type lookResult struct {
+	at   time.Time
+	full *lease.BusyError
+	err  error
+}
+
+// lookShare keeps the last look per key, for the waiters of that key (sharedLook).
+type lookShare struct {
+	mu   sync.Mutex
+	last map[string]lookResult
+}
+
+func (l *lookShare) recent(key string, now time.Time, within time.Duration) (lookResult, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.last[key]
+	if !ok || now.Sub(r.at) >= within {
+		return lookResult{}, false
+	}
+	if r.full != nil {
+		r.full = busyOf(r.full)
+	}
+	return r, true
+}
+
+func (l *lookShare) put(key string, now time.Time, within time.Duration, r lookResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.last) >= maxSweepGateEntries {
+		for k, x := range l.last {
+			if now.Sub(x.at) >= within {
+				delete(l.last, k)
+			}
+		}
+	}
+	r.at = now
+	l.last[key] = r
 }
 
 // sweepGate limits the lazy sweep to once per interval and resource.

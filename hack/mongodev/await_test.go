@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// TestAwaitDataGetMoreDoesNotHoldTheLock tails a capped collection with an awaitData cursor
+// whose getMore may wait 30 s, and writes to it from another client while that getMore waits.
+// Under the one-command-at-a-time lock the write would queue behind the getMore until its
+// await ran out (the write's 10 s bound fails first); without it, the write goes through and
+// the waiting getMore returns the new document.
+func TestAwaitDataGetMoreDoesNotHoldTheLock(t *testing.T) {
+	ctx := context.Background()
+	started := make(chan struct{}, 16)
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "getMore" {
+			started <- struct{}{}
+		}
+	}}
+	tailer, err := mongo.Connect(options.Client().ApplyURI(proxyURI).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tailer.Disconnect(context.Background()) })
+	writer := connect(t, proxyURI)
+
+	db := dbName("await")
+	if err := writer.Database(db).CreateCollection(ctx, "events",
+		options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<16).SetMaxDocuments(16)); err != nil {
+		t.Fatal(err)
+	}
+	events := writer.Database(db).Collection("events")
+	// FerretDB closes a tailable cursor whose first batch is short: start on one document.
+	if _, err := events.InsertOne(ctx, bson.D{{Key: "n", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := tailer.Database(db).Collection("events").Find(ctx, bson.D{},
+		options.Find().SetCursorType(options.TailableAwait).SetBatchSize(1).SetMaxAwaitTime(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cur.Close(context.Background()) })
+	if cur.RemainingBatchLength() != 1 || cur.ID() == 0 {
+		t.Fatalf("first batch %d documents, cursor %d: want 1 and an open cursor", cur.RemainingBatchLength(), cur.ID())
+	}
+	cur.Next(ctx) // the first document, from the first batch
+
+	got := make(chan bson.Raw, 1)
+	go func() {
+		if cur.Next(ctx) { // a getMore that waits for data
+			got <- cur.Current
+		}
+		close(got)
+	}()
+	<-started
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := events.InsertOne(wctx, bson.D{{Key: "n", Value: 1}}); err != nil {
+		t.Fatalf("insert while a getMore awaits data: %v", err)
+	}
+	doc, ok := <-got
+	if !ok {
+		t.Fatalf("tailing cursor ended: %v", cur.Err())
+	}
+	if n := doc.Lookup("n").Int32(); n != 1 {
+		t.Fatalf("tailed document n = %d, want 1", n)
+	}
+}
+
+// TestAwaitDataGetMoreTimesOutEmpty: with no insert, a parked awaitData getMore answers an
+// empty batch once its maxTimeMS is up, and the cursor stays open.
+func TestAwaitDataGetMoreTimesOutEmpty(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t, proxyURI)
+	db := dbName("awaitempty")
+	if err := c.Database(db).CreateCollection(ctx, "events",
+		options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<16).SetMaxDocuments(16)); err != nil {
+		t.Fatal(err)
+	}
+	events := c.Database(db).Collection("events")
+	if _, err := events.InsertOne(ctx, bson.D{{Key: "n", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := events.Find(ctx, bson.D{},
+		options.Find().SetCursorType(options.TailableAwait).SetBatchSize(1).SetMaxAwaitTime(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cur.Close(context.Background()) })
+	cur.Next(ctx)
+	if cur.TryNext(ctx) {
+		t.Fatalf("got %v, want an empty batch", cur.Current)
+	}
+	if cur.Err() != nil || cur.ID() == 0 {
+		t.Fatalf("cursor after an empty await: err %v, id %d; want open", cur.Err(), cur.ID())
+	}
+	if _, err := events.InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !cur.Next(ctx) || cur.Current.Lookup("n").Int32() != 1 {
+		t.Fatalf("next after an insert: %v %v", cur.Current, cur.Err())
+	}
+}

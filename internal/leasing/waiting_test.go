@@ -1,0 +1,502 @@
+package leasing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/waitq"
+)
+
+// process is one manager or agent: its own store client, wait queue, notifier and service,
+// on a database shared with the other processes of the test.
+type process struct {
+	store    *leasestore.Store
+	queue    *waitq.Queue
+	svc      *leasing.Service
+	notifier *leasestore.Notifier
+	stop     context.CancelFunc
+	stopped  chan struct{}
+}
+
+type processOpts struct {
+	// noEvents: the store neither wakes its own queue nor publishes (every wake-up is lost).
+	noEvents bool
+	// noNotifier: no notifier follows the other processes' events.
+	noNotifier bool
+	safety     time.Duration
+	fairness   leasing.Fairness
+	storeOpts  []leasestore.Option
+}
+
+// newProcesses starts n processes on one fresh database serving defs, each with its
+// notifier following (unless disabled) before it returns.
+func newProcesses(t *testing.T, n int, defs []leaseDef, o processOpts) []*process {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newProcessesAt(t, uri, mongotest.DatabaseName(t), n, defs, o)
+}
+
+func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o processOpts) []*process {
+	t.Helper()
+	source := newMemSource(defs...)
+	ps := make([]*process, n)
+	for i := range ps {
+		p := &process{queue: waitq.New(), stopped: make(chan struct{})}
+		opts := append([]leasestore.Option{}, o.storeOpts...)
+		if !o.noEvents {
+			opts = append(opts, leasestore.WithFreedHook(p.queue.Freed), leasestore.WithFreedEvents())
+		}
+		s, err := leasestore.Connect(uri, db, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.store = s
+		if i == 0 {
+			if err := s.EnsureIndexes(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if i == 0 {
+				_ = s.Drop(ctx)
+			}
+			_ = s.Close(ctx)
+		})
+		svcOpts := []leasing.Option{leasing.WithWaitQueue(p.queue)}
+		if o.fairness != "" {
+			svcOpts = append(svcOpts, leasing.WithFairness(o.fairness))
+		}
+		if o.safety > 0 {
+			svcOpts = append(svcOpts, leasing.WithSafetyTimer(o.safety))
+		}
+		p.svc = leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), nil, nil,
+			metrics.New(prometheus.NewRegistry()), svcOpts...)
+		ctx, cancel := context.WithCancel(context.Background())
+		p.stop = cancel
+		if o.noNotifier {
+			close(p.stopped)
+		} else {
+			p.notifier = leasestore.NewNotifier(s, p.queue.Notified, func() { p.queue.WakeAll() })
+			go func() {
+				defer close(p.stopped)
+				p.notifier.Run(ctx)
+			}()
+		}
+		t.Cleanup(func() {
+			cancel()
+			<-p.stopped
+		})
+		ps[i] = p
+	}
+	for _, p := range ps {
+		if p.notifier == nil {
+			continue
+		}
+		deadline := time.After(20 * time.Second)
+		for p.notifier.Mode() == "" {
+			select {
+			case <-deadline:
+				t.Fatal("notifier not following within 20s")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	return ps
+}
+
+// untilBlocked returns once a waiter of p is blocked on the global level of resource.
+func (p *process) untilBlocked(resource string) {
+	k := lease.CounterKey(resource, lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	for p.queue.Blocked(k) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func podReq(name string, i int) leasing.Request {
+	r := req(name, "acme", "p", fmt.Sprintf("u%d", i))
+	r.Pod = lease.PodRef{Namespace: "ns", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("uid-%d", i)}
+	return r
+}
+
+// capWatch reads the counters until stopped and records the highest count seen.
+func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
+	var most atomic.Int64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			cs, err := s.ListCounters(context.Background(), leasestore.CounterFilter{})
+			if err != nil {
+				continue
+			}
+			for _, c := range cs {
+				if int64(c.Count) > most.Load() {
+					most.Store(int64(c.Count))
+				}
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		<-finished
+		return int(most.Load())
+	}
+}
+
+// TestWaitersInSeveralProcessesKeepTheInvariant runs holders in three processes looping
+// acquire, hold, release on one resource, while further waiters crash: some give up mid-wait
+// (their context ends), and one whole process stops (its notifier ends and its store closes)
+// with waiters inside. No level ever exceeds its cap, every surviving holder gets in, and at
+// rest the counters equal the booked holders.
+func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
+	for _, f := range []leasing.Fairness{leasing.FairProcess, leasing.FairGlobal} {
+		t.Run(string(f), func(t *testing.T) { waitersKeepTheInvariant(t, f) })
+	}
+}
+
+func waitersKeepTheInvariant(t *testing.T, fairness leasing.Fairness) {
+	const capacity, perProcess, rounds = 3, 4, 6
+	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000}},
+		processOpts{fairness: fairness})
+	stopWatch := capWatch(t, ps[0].store)
+
+	// The fourth process only has waiters that crash with it.
+	doomed := ps[3]
+	var doomedWG sync.WaitGroup
+	for i := range 3 {
+		doomedWG.Go(func() {
+			r := podReq("hot", 100+i)
+			if l, err := doomed.svc.Acquire(context.Background(), r); err == nil {
+				_, _ = doomed.svc.Release(context.Background(), l.Token)
+			}
+		})
+	}
+
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	for pi, p := range ps[:3] {
+		for c := range perProcess {
+			id := pi*perProcess + c
+			wg.Go(func() {
+				for range rounds {
+					l, err := p.svc.Acquire(ctxT(t), podReq("hot", id))
+					if err != nil {
+						t.Errorf("holder %d: %v", id, err)
+						return
+					}
+					got.Add(1)
+					time.Sleep(time.Duration(id%4) * time.Millisecond)
+					if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+						t.Errorf("holder %d release: %v", id, err)
+						return
+					}
+				}
+			})
+		}
+		// A waiter that gives up mid-wait.
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			if l, err := p.svc.Acquire(ctx, podReq("hot", 200+pi)); err == nil {
+				_, _ = p.svc.Release(context.Background(), l.Token)
+			} else if !errors.Is(err, lease.ErrBusy) {
+				t.Errorf("waiter that gave up: %v, want busy", err)
+			}
+		})
+	}
+	// The fourth process dies while its waiters wait.
+	doomed.stop()
+	<-doomed.stopped
+	_ = doomed.store.Close(context.Background())
+	doomedWG.Wait()
+
+	wg.Wait()
+	if most := stopWatch(); most > capacity {
+		t.Errorf("a counter reached %d, cap %d", most, capacity)
+	}
+	if n := got.Load(); n != 3*perProcess*rounds {
+		t.Errorf("%d acquisitions, want %d", n, 3*perProcess*rounds)
+	}
+	assertNoDrift(t, ps[0].store)
+	// Only the crashed process may have left holders (the reapers' business).
+	hs, _ := holdersAndCounters(t, ps[0].store)
+	for _, h := range hs {
+		if h.Pod.Name < "pod-100" || h.Pod.Name > "pod-102" {
+			t.Errorf("holder of %s left at rest", h.Pod.Name)
+		}
+	}
+}
+
+// TestLostWakeUpsCostOnlyTheSafetyTimer: no process learns of freed slots (no freed hook,
+// no events, no notifier). Every waiter still gets in before its deadline, on its safety timer.
+func TestLostWakeUpsCostOnlyTheSafetyTimer(t *testing.T) {
+	const capacity, waiters = 2, 6
+	ps := newProcesses(t, 2, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 20000}},
+		processOpts{noEvents: true, noNotifier: true, safety: 100 * time.Millisecond})
+	var held []leasing.Lease
+	for i := range capacity {
+		held = append(held, mustAcquire(t, ps[0].svc, podReq("hot", i)))
+	}
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wg.Go(func() {
+			p := ps[i%2]
+			l, err := p.svc.Acquire(ctxT(t), podReq("hot", 10+i))
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+	}
+	for _, l := range held {
+		if _, err := ps[0].svc.Release(ctxT(t), l.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	assertNoDrift(t, ps[0].store)
+}
+
+// TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis, also when it queued behind an older
+// waiter of its process without an attempt of its own.
+func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
+	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 400}}, processOpts{})
+	p := ps[0]
+	mustAcquire(t, p.svc, podReq("x", 0))
+	errs := make(chan error, 2)
+	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errs <- err }()
+	// The second waiter starts once the first is blocked in the queue.
+	p.untilBlocked("x")
+	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 2)); errs <- err }()
+	for range 2 {
+		b := asBusy(t, <-errs)
+		if b.Level != lease.LevelGlobal || b.Count != 1 || b.Cap != 1 || b.Waited < 400*time.Millisecond {
+			t.Errorf("diagnosis = %+v", b)
+		}
+	}
+}
+
+// TestFIFOWithinAProcess: waiters blocked on one level get the freed slots oldest first, and
+// the releasing holder, coming back at once, queues behind them.
+func TestFIFOWithinAProcess(t *testing.T) {
+	const waiters = 5
+	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
+		processOpts{fairness: leasing.FairGlobal})
+	p := ps[0]
+	l := mustAcquire(t, p.svc, podReq("x", 0))
+	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	order := make(chan int, waiters+1)
+	var wg sync.WaitGroup
+	for i := 1; i <= waiters; i++ {
+		wg.Go(func() {
+			l, err := p.svc.Acquire(ctxT(t), podReq("x", i))
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		for { // blocked and queued in the store in order
+			rs, err := p.store.ListReservations(ctxT(t), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == i && p.queue.Blocked(k) == i {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	for i, v := range got {
+		if v != i+1 {
+			t.Fatalf("order of entry %v, want 1..%d", got, waiters)
+		}
+	}
+}
+
+// cutter forwards TCP connections to a backend until cut: then it closes them all and
+// refuses new ones, as a store that stops answering.
+type cutter struct {
+	ln      net.Listener
+	backend string
+	mu      sync.Mutex
+	conns   []net.Conn
+	cut     bool
+}
+
+func newCutter(t *testing.T, backend string) *cutter {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{ln: ln, backend: backend}
+	t.Cleanup(c.cutNow)
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", backend)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			c.mu.Lock()
+			if c.cut {
+				c.mu.Unlock()
+				_ = in.Close()
+				_ = out.Close()
+				continue
+			}
+			c.conns = append(c.conns, in, out)
+			c.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	return c
+}
+
+func (c *cutter) uri() string { return "mongodb://" + c.ln.Addr().String() + "/?directConnection=true" }
+
+func (c *cutter) cutNow() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	_ = c.ln.Close()
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+}
+
+// TestStoreDownWhileWaitingIsUnavailable: the store stops answering once the waiter is
+// blocked. It answers LEASE_UNAVAILABLE, never LEASE_BUSY: with a deadline beyond its safety
+// timer and with one before it.
+func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, waitMs := range map[string]int32{"deadline after the safety timer": 5000, "deadline before it": 600} {
+		t.Run(name, func(t *testing.T) {
+			c := newCutter(t, u.Host)
+			ps := newProcessesAt(t, c.uri(), mongotest.DatabaseName(t), 1,
+				[]leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: waitMs}},
+				processOpts{storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}})
+			p := ps[0]
+			mustAcquire(t, p.svc, podReq("x", 0))
+			errc := make(chan error, 1)
+			go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errc <- err }()
+			p.untilBlocked("x")
+			c.cutNow()
+			err := <-errc
+			if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
+				t.Fatalf("acquire with the store gone while waiting = %v, want unavailable", err)
+			}
+		})
+	}
+}
+
+// TestFIFOAcrossProcesses: waiters in three processes get a level's freed slots in the order
+// they queued, and the holder that releases, coming back at once, queues behind all of them
+// (its process has a younger waiter of its own).
+func TestFIFOAcrossProcesses(t *testing.T) {
+	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
+		processOpts{fairness: leasing.FairGlobal})
+	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	held := mustAcquire(t, ps[0].svc, podReq("x", 0))
+	order := make(chan int, 8)
+	var wg sync.WaitGroup
+	acquire := func(p *process, id int) {
+		l, err := p.svc.Acquire(ctxT(t), podReq("x", id))
+		if err != nil {
+			t.Errorf("waiter %d: %v", id, err)
+			return
+		}
+		order <- id
+		if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+			t.Errorf("waiter %d release: %v", id, err)
+		}
+	}
+	queued := func(n int) {
+		for {
+			rs, err := ps[0].store.ListReservations(ctxT(t), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i, p := range []*process{ps[1], ps[2], ps[0], ps[1]} {
+		wg.Go(func() { acquire(p, i+1) })
+		queued(i + 1)
+	}
+	if _, err := ps[0].svc.Release(ctxT(t), held.Token); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { acquire(ps[0], 0) }) // the releasing holder comes back at once
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	if want := []int{1, 2, 3, 4, 0}; !slices.Equal(got, want) {
+		t.Errorf("order of entry %v, want %v", got, want)
+	}
+	if rs, _ := ps[0].store.ListReservations(ctxT(t), ""); len(rs) != 0 {
+		t.Errorf("reservations left: %+v", rs)
+	}
+	assertNoDrift(t, ps[0].store)
+}
