@@ -141,7 +141,7 @@ func TestReconcileDirect(t *testing.T) {
 	// A confirmation delay shorter than a decrement in flight may take is refused before
 	// anything is read or written: it could return a releasing holder's slot twice.
 	for _, confirm := range []string{"0", "300ms", "4s"} {
-		mustFail(t, env, args(s, "reconcile", "--manager-url=", "--reconcile-safety", "200ms", "--reconcile-confirm", confirm),
+		mustFail(t, env, args(s, "reconcile", "--force", "--reconcile-safety", "200ms", "--reconcile-confirm", confirm),
 			"--reconcile-confirm "+confirm, "at least 5s")
 	}
 

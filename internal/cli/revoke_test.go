@@ -273,7 +273,7 @@ func TestStoreUnreachable(t *testing.T) {
 		t.Run(cmd[0], func(t *testing.T) {
 			r := mustFail(t, nil, append(cmd, "--mongodb-uri", uri, "--timeout", "500ms"),
 				"cannot use the lease store (MongoDB mongodb://ops:xxxxx@127.0.0.1:1/?directConnection=true, database lease)",
-				"lease unavailable", "--mongodb-uri")
+				"LEASE_UNAVAILABLE", "--mongodb-uri")
 			if strings.Contains(r.stderr, "hunter2") {
 				t.Errorf("the error shows the store password: %q", r.stderr)
 			}
