@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -291,8 +292,9 @@ func (k *kubeFlags) bind(c *cobra.Command) {
 	c.Flags().StringVar(&k.context, "context", "", "kubeconfig context to use")
 }
 
-// client returns a direct (uncached) client for LeaseDefinitions.
-func (k *kubeFlags) client() (client.Client, string, error) {
+// restConfig loads the kubeconfig as kubectl does and returns the REST config and the
+// context's namespace ("default" when the context names none).
+func (k *kubeFlags) restConfig() (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if k.kubeconfig != "" {
 		rules.ExplicitPath = k.kubeconfig
@@ -303,7 +305,20 @@ func (k *kubeFlags) client() (client.Client, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
 	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the namespace of the kubeconfig context: %w", err)
+	}
 	cfg.UserAgent = "kubectl-lease"
+	return cfg, ns, nil
+}
+
+// client returns a direct (uncached) client for LeaseDefinitions.
+func (k *kubeFlags) client() (client.Client, string, error) {
+	cfg, _, err := k.restConfig()
+	if err != nil {
+		return nil, "", err
+	}
 	scheme := runtime.NewScheme()
 	if err := leasev1alpha1.AddToScheme(scheme); err != nil {
 		return nil, "", fmt.Errorf("building the scheme: %w", err)

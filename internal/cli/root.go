@@ -119,7 +119,10 @@ Reads (list, show, counters) go directly to MongoDB (--mongodb-uri). The merged 
 (definition) is read from the cluster's LeaseDefinitions (kubeconfig). Revocations and sweeps go
 through the manager's operator API (--manager-url, --admin-secret), because only the manager
 runs the revocation handlers and knows which pods are alive; revoke --force and revoke-pod --force
-act directly in MongoDB without any handler. reconcile needs no manager.`,
+act directly in MongoDB without any handler. reconcile needs no manager.
+
+ui is the tenant's view: a local web page that reads and revokes through the cluster's live
+lease API with the kubeconfig's credentials, so RBAC decides what it shows.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl lease"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -163,6 +166,7 @@ act directly in MongoDB without any handler. reconcile needs no manager.`,
 		newRevokePodCommand(o),
 		newSweepCommand(o),
 		newReconcileCommand(o),
+		newUICommand(o),
 	)
 	wrapArgs(root)
 	for _, c := range root.Commands() {
