@@ -257,6 +257,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 // errorPage is the error page's model.
 type errorPage struct {
 	Namespace string
+	CSRF      string // no form on error pages
 	Title     string
 	Heading   string
 	Message   string

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -107,4 +108,41 @@ func Screenshot(t testing.TB, name string, png []byte) string {
 	}
 	t.Logf("Screenshot: %s", path)
 	return path
+}
+
+// Navigate opens u in the tab of ctx and waits for it to load.
+func Navigate(t testing.TB, ctx context.Context, u string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+		t.Fatalf("opening %s: %v", u, err)
+	}
+}
+
+// Click clicks the element sel (CSS) and waits for the page it leads to.
+func Click(t testing.TB, ctx context.Context, sel string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel)))); err != nil {
+		t.Fatalf("clicking %s: %v", sel, err)
+	}
+}
+
+// Eval evaluates js in the page and decodes its value.
+func Eval[T any](t testing.TB, ctx context.Context, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", js, err)
+	}
+	return v
+}
+
+// Capture writes a full-page PNG screenshot of the tab as name.png in the artifacts
+// directory and returns its path.
+func Capture(t testing.TB, ctx context.Context, name string) string {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	return Screenshot(t, name, png)
 }
