@@ -8,6 +8,9 @@ CONTROLLER_GEN_VERSION ?= v0.23.0
 # hack/tools/go.mod (golangci-lint v2.15.0, kube-api-linter by pseudo-version).
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+# openapi-gen is pinned to the kube-openapi version in go.mod.
+OPENAPI_GEN_VERSION ?= $(shell go list -m -f '{{.Version}}' k8s.io/kube-openapi)
+OPENAPI_GEN ?= $(LOCALBIN)/openapi-gen-$(OPENAPI_GEN_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-kal
 MONGODEV ?= $(LOCALBIN)/mongodev
 IMG ?= vancetope/lease-operator:dev
@@ -30,8 +33,12 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests into c
 		output:webhook:artifacts:config=config/webhook
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+generate: $(CONTROLLER_GEN) $(OPENAPI_GEN) ## Generate DeepCopy methods and the live API's OpenAPI definitions.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	$(OPENAPI_GEN) --go-header-file hack/boilerplate.go.txt --output-dir api/live/openapi \
+		--output-pkg $(shell go list -m)/api/live/openapi --output-file zz_generated.openapi.go \
+		--report-filename hack/openapi-violations.list \
+		./api/live/v1alpha1 k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -114,6 +121,10 @@ $(LOCALBIN):
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(LOCALBIN)/controller-gen $(CONTROLLER_GEN)
+
+$(OPENAPI_GEN): | $(LOCALBIN)
+	cd $$(mktemp -d) && GOFLAGS=-mod=mod GOBIN=$(LOCALBIN) go install k8s.io/kube-openapi/cmd/openapi-gen@$(OPENAPI_GEN_VERSION)
+	mv $(LOCALBIN)/openapi-gen $(OPENAPI_GEN)
 
 $(GOLANGCI_LINT): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
 	go build -C hack/tools -o $(GOLANGCI_LINT) sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter

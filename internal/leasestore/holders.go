@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -206,21 +207,7 @@ func (s *Store) GetHolder(ctx context.Context, token string) (lease.Holder, erro
 
 // ListHolders reads the holders matching f, oldest first.
 func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder, error) {
-	filter := bson.D{}
-	if f.Tenant != "" {
-		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
-	}
-	if f.Resource != "" {
-		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
-	}
-	if f.Type != "" {
-		filter = append(filter, bson.E{Key: "type", Value: f.Type})
-	}
-	if f.Pod != "" {
-		ns, name, _ := cutPod(f.Pod)
-		filter = append(filter, bson.E{Key: "pod.namespace", Value: ns}, bson.E{Key: "pod.name", Value: name})
-	}
-	docs, err := s.findHolders(ctx, filter, nil)
+	docs, err := s.findHolders(ctx, holderFilter(f), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +217,56 @@ func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder
 	}
 	sortHolders(out)
 	return out, nil
+}
+
+// ListHoldersPage reads one page of the holders matching f in token order, starting after
+// the token after ("" for the first page), at most limit of them (0: all). next is the last
+// token of the page when more follow, "" otherwise. One round trip: the first batch holds
+// the whole page, and one holder more tells whether another page follows.
+func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after string, limit int) (holders []lease.Holder, next string, err error) {
+	filter := holderFilter(f)
+	if after != "" {
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
+	if limit > 0 {
+		opts.SetLimit(int64(limit) + 1).SetBatchSize(int32(min(limit+1, math.MaxInt32)))
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cur, err := s.holders.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, "", unavailable("reading holders", err)
+	}
+	var docs []holderDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, "", unavailable("reading holders", err)
+	}
+	if limit > 0 && len(docs) > limit {
+		docs = docs[:limit]
+		next = docs[limit-1].ID
+	}
+	holders = make([]lease.Holder, len(docs))
+	for i, d := range docs {
+		holders[i] = d.holder()
+	}
+	return holders, next, nil
+}
+
+func holderFilter(f HolderFilter) bson.D {
+	filter := bson.D{}
+	for _, e := range []struct{ key, value string }{
+		{"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
+	} {
+		if e.value != "" {
+			filter = append(filter, bson.E{Key: e.key, Value: e.value})
+		}
+	}
+	if f.Pod != "" {
+		ns, name, _ := cutPod(f.Pod)
+		filter = append(filter, bson.E{Key: "pod.namespace", Value: ns}, bson.E{Key: "pod.name", Value: name})
+	}
+	return filter
 }
 
 func (s *Store) findHolders(ctx context.Context, filter, projection bson.D) ([]holderDoc, error) {

@@ -31,6 +31,8 @@ type HolderFilter struct {
 	Tenant   string
 	Resource string
 	Type     string
+	Project  string
+	User     string
 	// Pod is namespace/name.
 	Pod string
 }

@@ -1,0 +1,189 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels set on LeaseHolder objects, so that label selectors pick holders by resource, type,
+// project, user and pod. A value that is not a valid label value (for example a user ID
+// with '@') is left out; such holders are found with a field selector on spec instead.
+const (
+	LabelResource     = GroupName + "/resource"
+	LabelType         = GroupName + "/type"
+	LabelProject      = GroupName + "/project"
+	LabelUser         = GroupName + "/user"
+	LabelPodName      = GroupName + "/pod-name"
+	LabelPodNamespace = GroupName + "/pod-namespace"
+	LabelLevel        = GroupName + "/level"
+)
+
+// LeaseHolder is one live lease: a slot booked on a resource at every capped level. Its
+// name is the holder's token. Deleting it revokes the lease.
+// +kubebuilder:object:root=true
+type LeaseHolder struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata: name is the token, creationTimestamp the acquisition time.
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the holder asked for.
+	Spec LeaseHolderSpec `json:"spec"`
+	// status is the holder's state as the store and the pod watcher see it.
+	Status LeaseHolderStatus `json:"status"`
+}
+
+// LeaseHolderSpec is the request a holder was admitted with.
+type LeaseHolderSpec struct {
+	// lease is the name of the LeaseDefinition the lease was resolved from.
+	Lease string `json:"lease"`
+	// resource is the counter key the lease books.
+	Resource string `json:"resource"`
+	// type is the lease type (selects the revocation handler).
+	Type string `json:"type"`
+	// tenant is the logical tenant ID.
+	Tenant string `json:"tenant"`
+	// project is the logical project ID.
+	Project string `json:"project"`
+	// user is the logical user ID.
+	// +optional
+	User string `json:"user,omitempty"`
+	// holderRef is the caller's own reference.
+	// +optional
+	HolderRef string `json:"holderRef,omitempty"`
+	// pod is namespace/name of the holding pod; empty when no pod holds it.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// podUID is the UID of the holding pod.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// podBound says whether the lease dies with its pod.
+	PodBound bool `json:"podBound"`
+	// ttlSeconds is the idle time after which the holder is reaped.
+	TTLSeconds int64 `json:"ttlSeconds"`
+	// payload are the holder's key/value annotations.
+	// +optional
+	Payload map[string]string `json:"payload,omitempty"`
+}
+
+// LeaseHolderStatus is the live state of a holder.
+type LeaseHolderStatus struct {
+	// state is PENDING while the levels are booked, HELD afterwards.
+	State string `json:"state"`
+	// levels are the counter keys booked by the holder.
+	// +optional
+	// +listType=atomic
+	Levels []string `json:"levels,omitempty"`
+	// acquiredAt is the store's time of acquisition.
+	// +optional
+	AcquiredAt metav1.Time `json:"acquiredAt,omitzero"`
+	// lastSeenAt is the store's time of the last check.
+	// +optional
+	LastSeenAt metav1.Time `json:"lastSeenAt,omitzero"`
+	// podAlive is "True" or "False" as the manager's pod watcher sees the pod, "Unknown"
+	// when this server has no pod view, empty for a holder without a pod.
+	// +optional
+	PodAlive string `json:"podAlive,omitempty"`
+	// podReason says why a pod counts as dead.
+	// +optional
+	PodReason string `json:"podReason,omitempty"`
+}
+
+// LeaseHolderList is a page of holders.
+// +kubebuilder:object:root=true
+type LeaseHolderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LeaseHolder `json:"items"`
+}
+
+// LeaseCounter is one counter of the store: the number of holders of a resource at one
+// level and scope.
+// +kubebuilder:object:root=true
+type LeaseCounter struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// resource is the counted resource.
+	Resource string `json:"resource"`
+	// level is user, project, tenant or global.
+	Level string `json:"level"`
+	// scope is tenant/user, tenant/project, tenant or *.
+	Scope string `json:"scope"`
+	// key is the counter's key in the store.
+	Key string `json:"key"`
+	// count is the stored count.
+	Count int64 `json:"count"`
+	// booked is the number of holders that book this counter; count and booked differ only
+	// in a crash window, until the next reconcile.
+	Booked int64 `json:"booked"`
+	// drift is true when count and booked differ.
+	Drift bool `json:"drift"`
+	// updatedAt is the store's time of the last change.
+	// +optional
+	UpdatedAt metav1.Time `json:"updatedAt,omitzero"`
+}
+
+// LeaseCounterList is a list of counters.
+// +kubebuilder:object:root=true
+type LeaseCounterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LeaseCounter `json:"items"`
+}
+
+// PodRevocation asks the manager to revoke every holder of a pod (create only, in the
+// system namespace; nothing is kept). The answer carries what was revoked.
+// +kubebuilder:object:root=true
+type PodRevocation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// podNamespace is the namespace of the pod whose holders are revoked.
+	PodNamespace string `json:"podNamespace"`
+	// podName is the name of the pod.
+	PodName string `json:"podName"`
+	// revoked are the tokens revoked (filled in by the server).
+	// +optional
+	// +listType=atomic
+	Revoked []string `json:"revoked,omitempty"`
+}
+
+// Sweep asks the manager for one reaper round now (create only, in the system namespace).
+// +kubebuilder:object:root=true
+type Sweep struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// result is the round's counts (filled in by the server).
+	// +optional
+	Result SweepResult `json:"result"`
+}
+
+// SweepResult counts what a sweep did.
+type SweepResult struct {
+	// idle counts holders reaped idle.
+	Idle int64 `json:"idle"`
+	// pod counts holders of dead pods reaped.
+	Pod int64 `json:"pod"`
+	// reconcile is the round's reconcile.
+	Reconcile ReconcileResult `json:"reconcile"`
+}
+
+// Reconcile asks the manager to correct counter drift now (create only, in the system
+// namespace).
+// +kubebuilder:object:root=true
+type Reconcile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// result is what the reconcile did (filled in by the server).
+	// +optional
+	Result ReconcileResult `json:"result"`
+}
+
+// ReconcileResult counts what a reconcile did.
+type ReconcileResult struct {
+	Corrected int64 `json:"corrected"`
+	Deleted   int64 `json:"deleted"`
+	Created   int64 `json:"created"`
+	Skipped   int64 `json:"skipped"`
+}

@@ -1,0 +1,146 @@
+package liveapi
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+var countersResource = livev1alpha1.Resource(livev1alpha1.ResourceCounters)
+
+// counterStorage serves leasecounters: get and list. Counters are few (levels × scopes of
+// the resources in use), so a list is one answer without pages.
+type counterStorage struct {
+	views *views
+	deps  Deps
+}
+
+var (
+	_ rest.Storage              = (*counterStorage)(nil)
+	_ rest.Scoper               = (*counterStorage)(nil)
+	_ rest.Getter               = (*counterStorage)(nil)
+	_ rest.Lister               = (*counterStorage)(nil)
+	_ rest.Watcher              = (*counterStorage)(nil)
+	_ rest.ShortNamesProvider   = (*counterStorage)(nil)
+	_ rest.SingularNameProvider = (*counterStorage)(nil)
+	_ rest.CategoriesProvider   = (*counterStorage)(nil)
+)
+
+func (s *counterStorage) New() runtime.Object     { return &livev1alpha1.LeaseCounter{} }
+func (s *counterStorage) NewList() runtime.Object { return &livev1alpha1.LeaseCounterList{} }
+func (s *counterStorage) Destroy()                {}
+func (s *counterStorage) NamespaceScoped() bool   { return true }
+func (s *counterStorage) ShortNames() []string    { return []string{livev1alpha1.ShortCounters} }
+func (s *counterStorage) GetSingularName() string { return "leasecounter" }
+func (s *counterStorage) Categories() []string    { return []string{categoryLease} }
+
+// counters reads the counters the namespace of ctx shows, narrowed by resource and level.
+func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilter) ([]livev1alpha1.LeaseCounter, error) {
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	if sc.kind == scopeNone {
+		return nil, nil
+	}
+	if sc.kind == scopeTenant {
+		// The tenant filter leaves the global level out.
+		f.Tenant = sc.tenant
+	}
+	cs, err := s.deps.Store.ListCounters(ctx, f)
+	if err != nil {
+		return nil, storeError("listing counters", err)
+	}
+	var out []livev1alpha1.LeaseCounter
+	for _, c := range cs {
+		for _, ns := range sc.in(s.views.counterNamespaces(c)) {
+			out = append(out, counterObject(c, ns))
+		}
+	}
+	return out, nil
+}
+
+func (s *counterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	f := leasestore.CounterFilter{}
+	if r, l, ok := splitCounterName(name); ok {
+		f.Resource, f.Level = r, l
+	}
+	cs, err := s.counters(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		if cs[i].Name == name {
+			return &cs[i], nil
+		}
+	}
+	return nil, apierrors.NewNotFound(countersResource, name)
+}
+
+func (s *counterStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
+	lsel, fsel := labels.Everything(), fields.Everything()
+	f := leasestore.CounterFilter{}
+	if o != nil && o.LabelSelector != nil {
+		lsel = o.LabelSelector
+		reqs, _ := lsel.Requirements()
+		for _, r := range reqs {
+			v, ok := equality(r.Operator(), r.Values().List())
+			switch {
+			case ok && r.Key() == livev1alpha1.LabelResource:
+				f.Resource = v
+			case ok && r.Key() == livev1alpha1.LabelLevel:
+				f.Level = lease.Level(v)
+			}
+		}
+	}
+	if o != nil && o.FieldSelector != nil {
+		fsel = o.FieldSelector
+		for _, r := range fsel.Requirements() {
+			if r.Field != fieldName && r.Field != fieldNS {
+				return nil, apierrors.NewBadRequest("field label not supported: " + r.Field +
+					" (leasecounters select on metadata.name and metadata.namespace; use labels for resource and level)")
+			}
+		}
+	}
+	cs, err := s.counters(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	list := &livev1alpha1.LeaseCounterList{Items: []livev1alpha1.LeaseCounter{}}
+	for _, c := range cs {
+		if lsel.Matches(labels.Set(c.Labels)) && fsel.Matches(fields.Set{fieldName: c.Name, fieldNS: c.Namespace}) {
+			list.Items = append(list.Items, c)
+		}
+	}
+	return list, nil
+}
+
+func (s *counterStorage) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
+	return nil, errNoWatch(livev1alpha1.ResourceCounters)
+}
+
+func (s *counterStorage) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
+	return counterTable(obj, s.deps.Clock.Now())
+}
+
+// splitCounterName reads resource and level back from a counter name, to narrow the read.
+func splitCounterName(name string) (string, lease.Level, bool) {
+	for _, l := range lease.Levels {
+		sep := "." + string(l)
+		for i := 0; i+len(sep) <= len(name); i++ {
+			if name[i:i+len(sep)] == sep && (i+len(sep) == len(name) || name[i+len(sep)] == '.') {
+				return name[:i], l, true
+			}
+		}
+	}
+	return "", "", false
+}

@@ -1,0 +1,198 @@
+package liveapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
+)
+
+var holdersResource = livev1alpha1.Resource(livev1alpha1.ResourceHolders)
+
+// holderStorage serves leaseholders: get, list, delete (revoke).
+type holderStorage struct {
+	views *views
+	deps  Deps
+}
+
+var (
+	_ rest.Storage              = (*holderStorage)(nil)
+	_ rest.Scoper               = (*holderStorage)(nil)
+	_ rest.Getter               = (*holderStorage)(nil)
+	_ rest.Lister               = (*holderStorage)(nil)
+	_ rest.GracefulDeleter      = (*holderStorage)(nil)
+	_ rest.Watcher              = (*holderStorage)(nil)
+	_ rest.ShortNamesProvider   = (*holderStorage)(nil)
+	_ rest.SingularNameProvider = (*holderStorage)(nil)
+	_ rest.CategoriesProvider   = (*holderStorage)(nil)
+)
+
+func (s *holderStorage) New() runtime.Object     { return &livev1alpha1.LeaseHolder{} }
+func (s *holderStorage) NewList() runtime.Object { return &livev1alpha1.LeaseHolderList{} }
+func (s *holderStorage) Destroy()                {}
+func (s *holderStorage) NamespaceScoped() bool   { return true }
+func (s *holderStorage) ShortNames() []string    { return []string{livev1alpha1.ShortHolders} }
+func (s *holderStorage) GetSingularName() string { return "leaseholder" }
+func (s *holderStorage) Categories() []string    { return []string{categoryLease} }
+
+// categoryLease groups the live resources: `kubectl get lease-live` lists holders and
+// counters. (Not "lease": too close to the coordination Leases.)
+const categoryLease = "lease-live"
+
+// Get reads one holder by token; a holder that does not appear in the request's namespace
+// is NotFound, whoever asks.
+func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	h, err := s.deps.Store.GetHolder(ctx, name)
+	switch {
+	case errors.Is(err, lease.ErrLost):
+		return nil, apierrors.NewNotFound(holdersResource, name)
+	case err != nil:
+		return nil, storeError("reading holder "+name, err)
+	}
+	nss := sc.in(s.views.namespacesOfTenant(h.Tenant))
+	if len(nss) == 0 {
+		return nil, apierrors.NewNotFound(holdersResource, name)
+	}
+	obj := holderObject(h, nss[0], s.deps.Pods)
+	return &obj, nil
+}
+
+// List reads one page of holders in token order (limit/continue), narrowed by the
+// request's namespace, label and field selectors.
+func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	list := &livev1alpha1.LeaseHolderList{Items: []livev1alpha1.LeaseHolder{}}
+	if sc.kind == scopeNone {
+		return list, nil
+	}
+	sel, err := holderSelection(o)
+	if err != nil {
+		return nil, err
+	}
+	if sc.kind == scopeTenant {
+		sel.filter.Tenant = sc.tenant
+	}
+	if o != nil && o.Continue != "" {
+		if sel.after, err = decodeContinue(o.Continue); err != nil {
+			return nil, err
+		}
+	}
+	limit := 0
+	if o != nil && o.Limit > 0 {
+		limit = int(o.Limit)
+	}
+	holders, next, err := s.deps.Store.ListHoldersPage(ctx, sel.filter, sel.after, limit)
+	if err != nil {
+		return nil, storeError("listing holders", err)
+	}
+	for _, h := range holders {
+		for _, ns := range sc.in(s.views.namespacesOfTenant(h.Tenant)) {
+			obj := holderObject(h, ns, s.deps.Pods)
+			if sel.matches(&obj) {
+				list.Items = append(list.Items, obj)
+			}
+		}
+	}
+	if next != "" {
+		list.Continue = encodeContinue(next)
+	}
+	return list, nil
+}
+
+// Delete revokes the holder: it is removed with the tenant bound in the store's delete
+// filter, its levels are returned, and it goes to the revocation listener, which runs the
+// type's handler and counts vance_lease_reap_total{reason="revoke"}.
+func (s *holderStorage) Delete(ctx context.Context, name string, validate rest.ValidateObjectFunc, o *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	tenant := sc.tenant
+	if sc.kind != scopeTenant || (o != nil && len(o.DryRun) > 0) {
+		// Outside a tenant's namespace the tenant comes from the holder itself, and a dry
+		// run answers with the object: one read more, then the same bound delete. (This
+		// server runs no admission plugins, so validate has nothing to say otherwise.)
+		cur, err := s.Get(ctx, name, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		if validate != nil {
+			if err := validate(ctx, cur); err != nil {
+				return nil, false, err
+			}
+		}
+		if o != nil && len(o.DryRun) > 0 {
+			return cur, true, nil
+		}
+		tenant = cur.(*livev1alpha1.LeaseHolder).Spec.Tenant
+	}
+	if sc.kind == scopeNone {
+		return nil, false, apierrors.NewNotFound(holdersResource, name)
+	}
+	h, ok, err := s.deps.Store.Revoke(ctx, name, tenant)
+	if ok {
+		// Deleted is revoked: the handler runs even if returning the levels failed.
+		s.revoked(ctx, []lease.Holder{h})
+	}
+	switch {
+	case err != nil:
+		return nil, false, storeError("revoking holder "+name, err)
+	case !ok:
+		return nil, false, apierrors.NewNotFound(holdersResource, name)
+	}
+	obj := holderObject(h, sc.namespace, s.deps.Pods)
+	return &obj, true, nil
+}
+
+// revoked logs and hands revoked holders to the listener, detached from the request's
+// cancellation: the handlers outlive the request.
+func (s *holderStorage) revoked(ctx context.Context, holders []lease.Holder) {
+	handOver(ctx, s.deps, holders)
+}
+
+func handOver(ctx context.Context, d Deps, holders []lease.Holder) {
+	if len(holders) == 0 {
+		return
+	}
+	log := d.Log
+	if u, ok := genericapirequest.UserFrom(ctx); ok {
+		log = log.WithValues("user", u.GetName())
+	}
+	for _, h := range holders {
+		log.Info("Revoked a lease through the live API", "token", h.Token, "tenant", h.Tenant,
+			"resource", h.Resource, "type", h.Type, "pod", h.Pod.String(), "podBound", h.PodBound)
+	}
+	if d.Listener == nil {
+		log.Info("No revocation listener: handlers do not run", "holders", len(holders))
+		return
+	}
+	d.Listener.Revoked(context.WithoutCancel(ctx), ReasonRevoke, holders)
+}
+
+// Watch is not served: the live view is read from the store on each request, and the store
+// offers no change feed to every replica. The answer says what to use instead.
+func (s *holderStorage) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
+	return nil, errNoWatch(livev1alpha1.ResourceHolders)
+}
+
+func errNoWatch(resource string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   405,
+		Reason: metav1.StatusReasonMethodNotAllowed,
+		Message: fmt.Sprintf("watch is not supported on %s: the live view reads the lease store on every request; "+
+			"poll instead (for example `watch kubectl get %s`) or use `kubectl lease list`", resource, resource),
+	}}
+}
+
+func (s *holderStorage) ConvertToTable(ctx context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
+	return holderTable(obj, s.deps.Clock.Now())
+}

@@ -1,0 +1,117 @@
+package liveapi
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+)
+
+// Columns of `kubectl get leaseholders`; priority 1 columns appear with -o wide only.
+var holderColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "The holder's token."},
+	{Name: "Resource", Type: "string", Description: "The resource the lease books."},
+	{Name: "Project", Type: "string", Description: "The logical project ID."},
+	{Name: "User", Type: "string", Description: "The logical user ID."},
+	{Name: "Type", Type: "string", Description: "The lease type (selects the revocation handler)."},
+	{Name: "Pod", Type: "string", Description: "namespace/name of the holding pod."},
+	{Name: "Alive", Type: "string", Description: "Whether the pod is alive: True, False, Unknown."},
+	{Name: "State", Type: "string", Description: "PENDING while booking, HELD afterwards."},
+	{Name: "Age", Type: "string", Description: "Time since acquisition."},
+	{Name: "Idle", Type: "string", Description: "Time since the last check."},
+	{Name: "TTL", Type: "string", Description: "Idle time after which the holder is reaped."},
+	{Name: "Tenant", Type: "string", Priority: 1, Description: "The logical tenant ID."},
+	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name."},
+	{Name: "Pod-Bound", Type: "boolean", Priority: 1, Description: "Whether the lease dies with its pod."},
+	{Name: "Holder-Ref", Type: "string", Priority: 1, Description: "The caller's reference."},
+	{Name: "Levels", Type: "string", Priority: 1, Description: "The booked counter keys."},
+}
+
+// Columns of `kubectl get leasecounters`.
+var counterColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "resource.level[.scope]."},
+	{Name: "Resource", Type: "string", Description: "The counted resource."},
+	{Name: "Level", Type: "string", Description: "user, project, tenant or global."},
+	{Name: "Scope", Type: "string", Description: "tenant/user, tenant/project, tenant or *."},
+	{Name: "Count", Type: "integer", Description: "The stored count."},
+	{Name: "Booked", Type: "integer", Description: "Holders that book the counter."},
+	{Name: "Drift", Type: "string", Description: "DRIFT when count and booked differ."},
+	{Name: "Updated", Type: "string", Description: "Time since the last change."},
+	{Name: "Key", Type: "string", Priority: 1, Description: "The counter's key in the store."},
+}
+
+func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
+	t := &metav1.Table{ColumnDefinitions: holderColumns}
+	var items []livev1alpha1.LeaseHolder
+	switch o := obj.(type) {
+	case *livev1alpha1.LeaseHolder:
+		items = []livev1alpha1.LeaseHolder{*o}
+	case *livev1alpha1.LeaseHolderList:
+		items = o.Items
+		t.Continue = o.Continue
+	default:
+		return nil, fmt.Errorf("cannot print %T as leaseholders", obj)
+	}
+	for i := range items {
+		h := &items[i]
+		pod, alive := h.Spec.Pod, h.Status.PodAlive
+		if pod == "" {
+			pod, alive = "<none>", "-"
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Cells: []any{
+				h.Name, h.Spec.Resource, h.Spec.Project, orNone(h.Spec.User), h.Spec.Type, pod, alive,
+				h.Status.State, since(h.Status.AcquiredAt, now), since(h.Status.LastSeenAt, now),
+				duration.HumanDuration(time.Duration(h.Spec.TTLSeconds) * time.Second),
+				h.Spec.Tenant, h.Spec.Lease, h.Spec.PodBound, orNone(h.Spec.HolderRef),
+				strings.Join(h.Status.Levels, ","),
+			},
+			Object: runtime.RawExtension{Object: h},
+		})
+	}
+	return t, nil
+}
+
+func counterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
+	t := &metav1.Table{ColumnDefinitions: counterColumns}
+	var items []livev1alpha1.LeaseCounter
+	switch o := obj.(type) {
+	case *livev1alpha1.LeaseCounter:
+		items = []livev1alpha1.LeaseCounter{*o}
+	case *livev1alpha1.LeaseCounterList:
+		items = o.Items
+	default:
+		return nil, fmt.Errorf("cannot print %T as leasecounters", obj)
+	}
+	for i := range items {
+		c := &items[i]
+		drift := ""
+		if c.Drift {
+			drift = "DRIFT"
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Cells:  []any{c.Name, c.Resource, c.Level, c.Scope, c.Count, c.Booked, drift, since(c.UpdatedAt, now), c.Key},
+			Object: runtime.RawExtension{Object: c},
+		})
+	}
+	return t, nil
+}
+
+func since(t metav1.Time, now time.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
