@@ -6,13 +6,12 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // fakeSource is an in-memory stand-in for the live API, for the handler tests that need no
 // control plane (CSRF, Host, error pages). It answers like the API: one namespace's
 // objects, 403 for a user without the verb, 404 for a missing holder. The tests of what a
-// tenant sees and may revoke run against the real API (see live_test.go).
+// tenant sees and may revoke run against the real API (see ./livetest).
 type fakeSource struct {
 	mu        sync.Mutex
 	namespace string
@@ -25,7 +24,7 @@ type fakeSource struct {
 
 var _ Source = (*fakeSource)(nil)
 
-var holdersGR = schema.GroupResource{Group: "live.lease.vancetope.io", Resource: "leaseholders"}
+var holdersGR = HoldersResource.GroupResource()
 
 func (f *fakeSource) ListHolders(_ context.Context, ns string) ([]Holder, error) {
 	f.mu.Lock()

@@ -8,16 +8,18 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 )
 
 // The live API's resources the view uses (docs/live-api.md).
 var (
-	HoldersResource  = schema.GroupVersionResource{Group: "live.lease.vancetope.io", Version: "v1alpha1", Resource: "leaseholders"}
-	CountersResource = schema.GroupVersionResource{Group: "live.lease.vancetope.io", Version: "v1alpha1", Resource: "leasecounters"}
+	HoldersResource  = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceHolders)
+	CountersResource = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceCounters)
 )
 
 // KubeSource is the Source over the live API, called with the credentials of cfg: the
@@ -50,7 +52,11 @@ func (k *KubeSource) ListHolders(ctx context.Context, namespace string) ([]Holde
 	}
 	out := make([]Holder, 0, len(list.Items))
 	for _, o := range list.Items {
-		out = append(out, holderFrom(o.Object, o.GetName()))
+		h, err := holderFrom(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
 	}
 	return out, nil
 }
@@ -63,7 +69,11 @@ func (k *KubeSource) ListCounters(ctx context.Context, namespace string) ([]Coun
 	}
 	out := make([]Counter, 0, len(list.Items))
 	for _, o := range list.Items {
-		out = append(out, counterFrom(o.Object))
+		c, err := counterFrom(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -87,31 +97,28 @@ func (k *KubeSource) CanRevoke(ctx context.Context, namespace string) (bool, err
 	return r.Status.Allowed, nil
 }
 
-// holderFrom reads a LeaseHolder object. Missing fields stay zero: the view shows what the
-// server sent.
-func holderFrom(o map[string]any, name string) Holder {
-	s := func(path ...string) string { v, _, _ := unstructured.NestedString(o, path...); return v }
-	ttl, _, _ := unstructured.NestedInt64(o, "spec", "ttlSeconds")
+// holderFrom reads a LeaseHolder object.
+func holderFrom(o map[string]any) (Holder, error) {
+	var h livev1alpha1.LeaseHolder
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &h); err != nil {
+		return Holder{}, fmt.Errorf("decoding a LeaseHolder: %w", err)
+	}
 	return Holder{
-		Name: name, Lease: s("spec", "lease"), Resource: s("spec", "resource"), Type: s("spec", "type"),
-		Tenant: s("spec", "tenant"), Project: s("spec", "project"), User: s("spec", "user"), Pod: s("spec", "pod"),
-		PodAlive: s("status", "podAlive"), PodReason: s("status", "podReason"), TTL: time.Duration(ttl) * time.Second,
-		AcquiredAt: timeOf(s("status", "acquiredAt")), LastSeenAt: timeOf(s("status", "lastSeenAt")),
-	}
+		Name: h.Name, Lease: h.Spec.Lease, Resource: h.Spec.Resource, Type: h.Spec.Type,
+		Tenant: h.Spec.Tenant, Project: h.Spec.Project, User: h.Spec.User, Pod: h.Spec.Pod,
+		PodAlive: h.Status.PodAlive, PodReason: h.Status.PodReason, TTL: time.Duration(h.Spec.TTLSeconds) * time.Second,
+		AcquiredAt: h.Status.AcquiredAt.Time, LastSeenAt: h.Status.LastSeenAt.Time,
+	}, nil
 }
 
-// counterFrom reads a LeaseCounter object. cap is read when the server publishes it.
-func counterFrom(o map[string]any) Counter {
-	s := func(f string) string { v, _, _ := unstructured.NestedString(o, f); return v }
-	i := func(f string) int64 { v, _, _ := unstructured.NestedInt64(o, f); return v }
-	return Counter{Resource: s("resource"), Level: s("level"), Scope: s("scope"), Count: i("count"), Booked: i("booked"),
-		Cap: i("cap"), UpdatedAt: timeOf(s("updatedAt"))}
-}
-
-func timeOf(v string) time.Time {
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
-		return time.Time{}
+// counterFrom reads a LeaseCounter object. The level's cap is read from a "cap" field when
+// the server publishes one (LeaseCounter has none yet; see docs/tenant-view.md).
+func counterFrom(o map[string]any) (Counter, error) {
+	var c livev1alpha1.LeaseCounter
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &c); err != nil {
+		return Counter{}, fmt.Errorf("decoding a LeaseCounter: %w", err)
 	}
-	return t
+	capacity, _, _ := unstructured.NestedInt64(o, "cap")
+	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked,
+		Cap: capacity, UpdatedAt: c.UpdatedAt.Time}, nil
 }

@@ -1,0 +1,194 @@
+package livetest
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/definition"
+	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// The suite's world: tenants acme and globex with a namespace each; alice administers acme
+// (views and revokes), vic only views acme, bob administers globex.
+const (
+	systemNS = "lease-system"
+	nsAcme   = "acme"
+	nsGlobex = "globex"
+	// margin is the reconcile safety margin of the suite's store: drift is repaired once a
+	// counter has been unchanged this long.
+	margin = 300 * time.Millisecond
+)
+
+var (
+	env        *aggregatortest.Env
+	store      *leasestore.Store
+	dbURI      string
+	dbName     string
+	admission  string // base URL of the admission API
+	alice, vic *rest.Config
+	bob        *rest.Config
+)
+
+// staticTenants maps the suite's namespaces to their tenants, as the manager's tenancy map
+// does from the lease.vancetope.io/tenant label.
+type staticTenants map[string]string
+
+func (staticTenants) SystemNamespace() string { return systemNS }
+func (s staticTenants) TenantOf(ns string) (string, bool) {
+	t, ok := s[ns]
+	return t, ok
+}
+func (s staticTenants) NamespacesOf(tenant string) []string {
+	var out []string
+	for ns, t := range s {
+		if t == tenant {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	mongotest.Stop()
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	if dbURI, err = mongotest.URI(); err != nil {
+		return 1, fmt.Errorf("test MongoDB: %w", err)
+	}
+	dbName = fmt.Sprintf("tenantview-%d", time.Now().UnixNano())
+	store, err = leasestore.Connect(dbURI, dbName, leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0))
+	if err != nil {
+		return 1, err
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = store.Drop(c)
+		_ = store.Close(c)
+	}()
+	if err := store.EnsureIndexes(ctx); err != nil {
+		return 1, err
+	}
+
+	// The admission API, as the manager serves it, with the compiled-in tex definition
+	// (global 6, tenant 3, project 1, TTL 120s).
+	builtins, err := definition.LoadBuiltins(nil)
+	if err != nil {
+		return 1, err
+	}
+	svc := leasing.NewService(store, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex"), nil, nil, nil)
+	adm := httptest.NewServer(httpapi.NewHandler(svc))
+	defer adm.Close()
+	admission = adm.URL
+
+	if env, err = aggregatortest.Start(); err != nil {
+		return 1, err
+	}
+	defer func() { _ = env.Stop() }()
+	l, port, err := aggregatortest.FreePort()
+	if err != nil {
+		return 1, err
+	}
+	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
+		Store:   store,
+		Tenants: staticTenants{nsAcme: "acme", nsGlobex: "globex"},
+	})
+	if err != nil {
+		return 1, err
+	}
+	go func() { _ = srv.Run(ctx) }()
+	if err := env.Register(ctx, livev1alpha1.GroupVersion, systemNS, port); err != nil {
+		return 1, fmt.Errorf("registering the live API: %w", err)
+	}
+	if err := setupRBAC(ctx); err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+// setupRBAC binds the shipped live-viewer and live-revoker roles: alice both in acme, vic
+// only live-viewer in acme, bob both in globex.
+func setupRBAC(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	for _, ns := range []string{systemNS, nsAcme, nsGlobex} {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	for _, f := range []string{"live_viewer_role.yaml", "live_revoker_role.yaml"} {
+		var role rbacv1.ClusterRole
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "rbac", f))
+		if err != nil {
+			return err
+		}
+		if err := yaml.UnmarshalStrict(b, &role); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	bind := func(user, ns string, roles ...string) error {
+		for _, r := range roles {
+			rb := &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r, Namespace: ns},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			}
+			if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := bind("alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
+		return err
+	}
+	if err := bind("vic", nsAcme, "live-viewer"); err != nil {
+		return err
+	}
+	if err := bind("bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
+		return err
+	}
+	if alice, _, err = env.User("alice"); err != nil {
+		return err
+	}
+	if vic, _, err = env.User("vic"); err != nil {
+		return err
+	}
+	bob, _, err = env.User("bob")
+	return err
+}
