@@ -46,6 +46,8 @@ var (
 	admission  string // base URL of the admission API
 	alice, vic *rest.Config
 	bob        *rest.Config
+	// aliceFile is alice's kubeconfig file, for kubectl lease ui itself.
+	aliceFile string
 )
 
 // staticTenants maps the suite's namespaces to their tenants, as the manager's tenancy map
@@ -183,7 +185,7 @@ func setupRBAC(ctx context.Context) error {
 	if err := bind("bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
 		return err
 	}
-	if alice, _, err = env.User("alice"); err != nil {
+	if alice, aliceFile, err = env.User("alice"); err != nil {
 		return err
 	}
 	if vic, _, err = env.User("vic"); err != nil {

@@ -113,10 +113,18 @@ func TestTenantSeesItsOwnHoldersAndCountersOnly(t *testing.T) {
 	if got := browser.Eval[[]string](t, ctx, jsHolders); !slices.Equal(sorted(got...), sorted(a1, a2)) {
 		t.Errorf("alice's view lists holders %v, want acme's %v (globex's is %s)", got, sorted(a1, a2), g1)
 	}
+	// Counters of the other tests' released leases stay at 0 until a reconcile removes
+	// them; they are acme's too.
 	counters := browser.Eval[[]string](t, ctx, jsCounters)
-	want := []string{"tenant acme", "project acme/thesis", "project acme/website"}
-	if !slices.Equal(sorted(counters...), sorted(want...)) {
-		t.Errorf("alice's view lists counters %v, want %v (no global level, nothing of globex)", counters, want)
+	for _, want := range []string{"tenant acme", "project acme/thesis", "project acme/website"} {
+		if !slices.Contains(counters, want) {
+			t.Errorf("alice's view lists counters %v, lacking %q", counters, want)
+		}
+	}
+	for _, c := range counters {
+		if _, scope, _ := strings.Cut(c, " "); scope != "acme" && !strings.HasPrefix(scope, "acme/") {
+			t.Errorf("alice's view lists counter %q, not of tenant acme", c)
+		}
 	}
 	if n := browser.Eval[float64](t, ctx, `document.querySelectorAll('[data-level="global"]').length`); n != 0 {
 		t.Errorf("alice's view shows %v elements of the global level", n)
