@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -22,6 +24,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
@@ -99,7 +102,7 @@ func runAgent(args []string) error {
 
 	m := metrics.Default()
 	hub := notify.NewHub(eventsKeep, realClock)
-	registry := revocation.NewDefaultRegistry(hub, nil, nil)
+	registry := handlers.NewDefaultRegistry(hub, nil, nil)
 	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
 	// dispatches the reaped holders through the full matrix. Only when no manager is set or
 	// reachable does the agent sweep itself; then its own pod is alive and every other pod
@@ -113,11 +116,12 @@ func runAgent(args []string) error {
 	}
 	svc := leasing.NewService(store, resolver, registry, dispatcher, realClock, m, svcOpts...)
 
-	api := routes(handlers{
+	api := routes(routeHandlers{
 		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),
 	})
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
-	internal := routes(handlers{revoked: newReceiver(self, registry, f.store.secret, store)})
+	internal := routes(routeHandlers{revoked: newReceiver(self, registry,
+		cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace)), store)})
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Ready once the definitions are cached. A store outage does not make the agent unready:
 	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of

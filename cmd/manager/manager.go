@@ -20,6 +20,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/controller"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
@@ -32,6 +33,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
@@ -192,9 +194,9 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 	}
 	m := metrics.Default()
 	hub := notify.NewHub(eventsKeep, realClock)
-	registry := revocation.NewDefaultRegistry(hub, revocation.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
+	registry := handlers.NewDefaultRegistry(hub, handlers.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
 	dispatcher := revocation.NewDispatcher(watcher, self, registry,
-		revocation.WithForwarder(revocation.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
+		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
 		revocation.WithRecorder(mgr.GetEventRecorder("lease-operator")),
 		revocation.WithMetrics(m),
 		revocation.WithRegisterer(ctrlmetrics.Registry),
@@ -214,9 +216,9 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 // and the operator API on --api-bind-address.
 func setupAPIServer(mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts) error {
 	svc := leasing.NewService(store, resolver, rev.registry, rev.dispatcher, realClock, rev.metrics)
-	mux := routes(handlers{
+	mux := routes(routeHandlers{
 		api:     httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
-		revoked: newReceiver(rev.self, rev.registry, f.store.secret, store),
+		revoked: newReceiver(rev.self, rev.registry, agentlink.AgentKey(f.store.secret, rev.self.Namespace), store),
 		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 		// manager's dispatch matrix (an agent watches no pods).
 		relay: sweeper.RelayHandler(store, rev.dispatcher, realClock, leasing.DefaultSweepInterval),
@@ -234,7 +236,8 @@ func setupWebhooks(mgr ctrl.Manager, f managerFlags) error {
 	if f.agentImage == "" {
 		return nil
 	}
-	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL}
+	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL,
+		AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.secret, ns) }}
 	if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
 	}

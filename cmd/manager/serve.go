@@ -54,16 +54,17 @@ func (s httpServer) Start(ctx context.Context) error {
 func (httpServer) NeedLeaderElection() bool { return false }
 
 // podByIP identifies the caller of the manager's admission API by its source address: the
-// pod informer maps pod IPs to pods. A caller that is no known pod (a developer's curl, a
-// client outside the cluster) holds leases without a pod, which only the idle reap frees.
+// pod informer maps pod IPs to pods, the API server decides when the informer does not know
+// (podwatch.Watcher.Identify). A caller that is no pod (a developer's curl, a client outside
+// the cluster) holds leases without a pod, which only the idle reap frees; a caller whose
+// pod cannot be determined is answered 503.
 func podByIP(w *podwatch.Watcher) func(*http.Request) (lease.PodRef, error) {
 	return func(r *http.Request) (lease.PodRef, error) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil {
 			host = r.RemoteAddr
 		}
-		pod, _ := w.PodByIP(host)
-		return pod, nil
+		return w.Identify(r.Context(), host)
 	}
 }
 

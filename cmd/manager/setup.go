@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -57,8 +58,8 @@ func setupDefinitions(dir string, source definition.LayerSource) (*definition.Re
 	return definition.NewResolver(builtins, source), nil
 }
 
-// handlers are the HTTP handlers a process serves; a nil handler is not routed.
-type handlers struct {
+// routeHandlers are the HTTP handlers a process serves; a nil handler is not routed.
+type routeHandlers struct {
 	// api is the admission API (acquire, check, payload, release, events).
 	api http.Handler
 	// revoked receives revocations forwarded by the reaper of another pod.
@@ -71,14 +72,14 @@ type handlers struct {
 
 // routes is the route table of every server of both modes, built from the packages'
 // exported path constants.
-func routes(h handlers) *http.ServeMux {
+func routes(h routeHandlers) *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, r := range []struct {
 		path    string
 		handler http.Handler
 	}{
 		{httpapi.PathPrefix, h.api},
-		{revocation.ReceiverPath, h.revoked},
+		{agentlink.ReceiverPath, h.revoked},
 		{sweeper.RelayPath, h.relay},
 		{adminapi.PathPrefix, h.admin},
 	} {
@@ -89,18 +90,18 @@ func routes(h handlers) *http.ServeMux {
 	return mux
 }
 
-// newReceiver builds the endpoint for forwarded revocations; it acts only once the store
-// confirms that the holder is gone.
-func newReceiver(self lease.PodRef, registry *revocation.Registry, secret string, store *leasestore.Store) http.Handler {
-	return revocation.NewReceiver(self, registry,
-		revocation.WithSharedSecret(secret),
-		revocation.WithReceiverLogger(ctrl.Log.WithName("receiver")),
-		revocation.WithHolderCheck(stillHeld(store)))
+// newReceiver builds the endpoint for forwarded revocations: it accepts only messages signed
+// with key, and acts only once the store confirms that the holder is gone.
+func newReceiver(self lease.PodRef, registry *revocation.Registry, key string, store *leasestore.Store) http.Handler {
+	return agentlink.NewReceiver(self, registry,
+		agentlink.WithAgentKey(key),
+		agentlink.WithReceiverLogger(ctrl.Log.WithName("receiver")),
+		agentlink.WithHolderCheck(stillHeld(store)))
 }
 
 // stillHeld asks the store whether a holder exists: a forwarded revocation is only acted on
 // once the holder is gone.
-func stillHeld(store *leasestore.Store) revocation.HeldFunc {
+func stillHeld(store *leasestore.Store) agentlink.HeldFunc {
 	return func(ctx context.Context, token string) (bool, error) {
 		_, err := store.GetHolder(ctx, token)
 		if errors.Is(err, lease.ErrLost) {

@@ -54,7 +54,7 @@ func TestBuildStatus(t *testing.T) {
 		"NOOP": {
 			v: verdict{result: definition.Result{Definition: definition.Definition{Name: "x", Resource: "x", TTL: time.Minute}}},
 			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
-				Effective: &leasev1alpha1.EffectiveDefinition{Resource: "x", TTLSeconds: 60, NoOp: true},
+				Effective: &leasev1alpha1.EffectiveDefinition{Resource: "x", TTLSeconds: 60, WaitMs: ptr.To[int32](0), NoOp: true},
 				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved,
 					"Resolved: no level is capped, acquisitions are NOOP (resource x)", now), noneIgnored(now)}},
 		},

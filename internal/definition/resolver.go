@@ -35,9 +35,11 @@ type Resolver struct {
 	source      LayerSource
 	readTimeout time.Duration
 
-	mu    sync.RWMutex
-	epoch uint64                             // bumped by every invalidation
-	cache map[string]map[scopeKey]Definition // name -> scope -> definition
+	cacheSize int
+
+	mu    sync.Mutex
+	epoch uint64    // bumped by every invalidation
+	cache *defCache // bounded LRU: (name, scope) -> definition
 }
 
 type scopeKey struct{ tenant, project string }
@@ -51,6 +53,12 @@ func WithReadTimeout(d time.Duration) Option {
 	return func(r *Resolver) { r.readTimeout = d }
 }
 
+// WithCacheSize bounds the cached definitions (default DefaultCacheSize); the least
+// recently used is dropped first.
+func WithCacheSize(n int) Option {
+	return func(r *Resolver) { r.cacheSize = n }
+}
+
 // NewResolver returns a Resolver over the built-in layer (nil for none) and the stored layers
 // (nil for none: built-in definitions only).
 func NewResolver(builtins *Builtins, source LayerSource, opts ...Option) *Resolver {
@@ -58,11 +66,12 @@ func NewResolver(builtins *Builtins, source LayerSource, opts ...Option) *Resolv
 		builtins:    builtins,
 		source:      source,
 		readTimeout: DefaultReadTimeout,
-		cache:       map[string]map[scopeKey]Definition{},
+		cacheSize:   DefaultCacheSize,
 	}
 	for _, o := range opts {
 		o(r)
 	}
+	r.cache = newDefCache(r.cacheSize)
 	return r
 }
 
@@ -78,10 +87,10 @@ func (r *Resolver) Resolve(ctx context.Context, tenant, project, name string) (D
 		return Definition{}, err
 	}
 	sk := scopeKey{tenant, project}
-	r.mu.RLock()
-	d, ok := r.cache[name][sk]
+	r.mu.Lock() // not RLock: a hit moves the entry to the front of the LRU order
+	d, ok := r.cache.get(name, sk)
 	epoch := r.epoch
-	r.mu.RUnlock()
+	r.mu.Unlock()
 	if ok {
 		return d, nil
 	}
@@ -95,10 +104,7 @@ func (r *Resolver) Resolve(ctx context.Context, tenant, project, name string) (D
 	// An invalidation since the read may have been for a document this result was built
 	// without; return the result but do not cache it.
 	if r.epoch == epoch {
-		if r.cache[name] == nil {
-			r.cache[name] = map[scopeKey]Definition{}
-		}
-		r.cache[name][sk] = res.Definition
+		r.cache.put(name, sk, res.Definition)
 	}
 	return res.Definition, nil
 }
@@ -183,14 +189,10 @@ func (r *Resolver) Invalidate(key LayerKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.epoch++
-	scopes := r.cache[key.Name]
-	for sk := range scopes {
+	for sk := range r.cache.scopes(key.Name) {
 		if key.Affects(LayerKey{Name: key.Name, Tenant: sk.tenant, Project: sk.project}) {
-			delete(scopes, sk)
+			r.cache.remove(key.Name, sk)
 		}
-	}
-	if len(scopes) == 0 {
-		delete(r.cache, key.Name)
 	}
 }
 
@@ -199,5 +201,5 @@ func (r *Resolver) InvalidateAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.epoch++
-	clear(r.cache)
+	r.cache.clear()
 }

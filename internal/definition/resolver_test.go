@@ -69,10 +69,10 @@ func (s *memSource) readCount() int {
 
 // cached returns the cached scopes of name as sorted tenant/project strings.
 func (r *Resolver) cached(name string) []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out []string
-	for sk := range r.cache[name] {
+	for sk := range r.cache.scopes(name) {
 		out = append(out, sk.tenant+"/"+sk.project)
 	}
 	slices.Sort(out)
@@ -366,5 +366,35 @@ func TestResolverConcurrency(t *testing.T) {
 				t.Errorf("%s/%s: cached definition is stale (-current +cached):\n%s", tn, pj, diff)
 			}
 		}
+	}
+}
+
+// TestResolverCacheIsBounded: a caller inventing lease names (each a NOOP, cached so that it
+// costs no store read) cannot grow the cache beyond its bound; the entries in use stay.
+func TestResolverCacheIsBounded(t *testing.T) {
+	source := newMemSource(sysDoc("tex", func(l *Layer) { l.Levels.Global = ptr[int32](3) }))
+	r := NewResolver(mustBuiltins(t, nil), source, WithCacheSize(100))
+	ctx := context.Background()
+	if _, err := r.Resolve(ctx, "acme", "p", "tex"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if _, err := r.Resolve(ctx, "acme", "p", fmt.Sprintf("invented-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 { // the real lease is in use all along
+			if _, err := r.Resolve(ctx, "acme", "p", "tex"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r.mu.Lock()
+	n := r.cache.len()
+	r.mu.Unlock()
+	if n > 100 {
+		t.Errorf("cache holds %d definitions, want at most 100", n)
+	}
+	if diff := cmp.Diff([]string{"acme/p"}, r.cached("tex")); diff != "" {
+		t.Errorf("the lease in use was evicted (-want +got):\n%s", diff)
 	}
 }

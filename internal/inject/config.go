@@ -84,6 +84,10 @@ type Config struct {
 	ManagerURL string
 	// Resources of the agent container; zero means DefaultAgentResources.
 	Resources corev1.ResourceRequirements
+	// AgentKey, when set, gives the key the agents of a namespace verify forwarded
+	// revocations with (agentlink.AgentKey); it becomes LEASE_AGENT_KEY. The manager's
+	// internal secret itself never leaves the manager.
+	AgentKey func(namespace string) string
 }
 
 // DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.

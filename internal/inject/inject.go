@@ -50,7 +50,7 @@ func Inject(pod *corev1.Pod, cfg Config) (changed bool, err error) {
 		if len(errs) > 0 {
 			return false, invalid(pod, errs)
 		}
-		pod.Spec.InitContainers = append([]corev1.Container{agentContainer(cfg, secret)}, pod.Spec.InitContainers...)
+		pod.Spec.InitContainers = append([]corev1.Container{agentContainer(cfg, pod.Namespace, secret)}, pod.Spec.InitContainers...)
 		changed = true
 	}
 
@@ -169,7 +169,7 @@ func invalid(pod *corev1.Pod, errs field.ErrorList) error {
 // needing a non-loopback listener. A forged revocation on the internal port can at most make
 // the agent re-check its token against the store; a NetworkPolicy can further restrict the
 // port to pods labelled LabelAgent and the manager.
-func agentContainer(cfg Config, storeSecret string) corev1.Container {
+func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container {
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path},
@@ -190,6 +190,12 @@ func agentContainer(cfg Config, storeSecret string) corev1.Container {
 	}
 	if cfg.ManagerURL != "" {
 		env = append(env, corev1.EnvVar{Name: settings.EnvManagerURL, Value: cfg.ManagerURL})
+	}
+	// The API server has set the namespace of a created pod before admission.
+	if cfg.AgentKey != nil && namespace != "" {
+		if key := cfg.AgentKey(namespace); key != "" {
+			env = append(env, corev1.EnvVar{Name: settings.EnvAgentKey, Value: key})
+		}
 	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{

@@ -51,7 +51,8 @@ var _ = BeforeSuite(func() {
 	})
 	mgr, err := ctrl.NewManager(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage})).To(Succeed())
+	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage,
+		AgentKey: func(ns string) string { return "key-of-" + ns }})).To(Succeed())
 	stopMgr = testenv.RunManager(mgr)
 	Eventually(func() error { return mgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
 })

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vancetope/lease-operator/internal/inject"
+	"github.com/vancetope/lease-operator/internal/settings"
 )
 
 // newPod is a pod with one app container and the given annotations.
@@ -99,6 +100,14 @@ var _ = Describe("Lease agent injection", func() {
 		Expect(got.Labels).To(HaveKeyWithValue(inject.LabelAgent, "true"))
 		Expect(envByName(got.Spec.Containers[0])).To(HaveKeyWithValue("LEASE_AGENT_URL",
 			corev1.EnvVar{Name: "LEASE_AGENT_URL", Value: "http://127.0.0.1:8090"}))
+	})
+
+	It("gives the agent its namespace's key for forwarded revocations, not the manager's secret", func(ctx SpecContext) {
+		pod := newPod(ns, injectTrue)
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+
+		Expect(envByName(agents(stored(ctx, pod))[0])).To(HaveKeyWithValue(settings.EnvAgentKey,
+			corev1.EnvVar{Name: settings.EnvAgentKey, Value: "key-of-" + ns}))
 	})
 
 	It("reads the store from the Secret the pod names", func(ctx SpecContext) {

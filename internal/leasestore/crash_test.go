@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
@@ -392,5 +393,60 @@ func TestReconcileDuringReleaseDoesNotTakeTheSlotTwice(t *testing.T) {
 	mustAcquire(t, clean, request("r", "acme", "p", "u", caps))
 	if _, err := clean.Acquire(context.Background(), request("r", "acme", "p", "u", caps)); !errors.Is(err, lease.ErrBusy) {
 		t.Errorf("third holder on cap 2: %v, want busy", err)
+	}
+}
+
+// TestReapReturnsHoldersWhoseDecrementFailed: a holder that a reap or revoke deleted is in
+// its result even when returning its slots then failed; otherwise its handler never runs
+// and revoke-pod under-reports. The slots are reconcile's to return.
+func TestReapReturnsHoldersWhoseDecrementFailed(t *testing.T) {
+	pod := lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}
+	cases := map[string]func(ctx context.Context, s *leasestore.Store) ([]lease.Holder, error){
+		"reap idle": func(ctx context.Context, s *leasestore.Store) ([]lease.Holder, error) { return s.ReapIdle(ctx, "r") },
+		"reap pod":  func(ctx context.Context, s *leasestore.Store) ([]lease.Holder, error) { return s.ReapPod(ctx, pod) },
+		"revoke pod": func(ctx context.Context, s *leasestore.Store) ([]lease.Holder, error) {
+			return s.RevokePod(ctx, pod.Namespace, pod.Name)
+		},
+	}
+	for name, op := range cases {
+		t.Run(name, func(t *testing.T) {
+			failDecrement := errors.New("decrement lost")
+			faulty, clean := pair(t, time.Hour, crashAt(leasestore.StepHolderDeleted, "", failDecrement))
+			ctx := ctxT(t)
+			req := request("r", "acme", "p", "u", allCaps(5, 5, 5, 5))
+			req.Pod, req.TTL = pod, time.Second
+			var acquired []string
+			for range 3 {
+				acquired = append(acquired, mustAcquire(t, clean, req).Token)
+			}
+			if name == "reap idle" { // wait until the store's clock has passed the TTL
+				h, err := clean.GetHolder(ctx, acquired[len(acquired)-1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for now, err := clean.ServerTime(ctx); !now.After(h.LastSeenAt.Add(req.TTL)); now, err = clean.ServerTime(ctx) {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+
+			got, err := op(ctx, faulty)
+			if !errors.Is(err, failDecrement) {
+				t.Fatalf("error = %v, want the failed decrement", err)
+			}
+			var gone []string
+			for _, tok := range acquired {
+				if _, err := clean.GetHolder(ctx, tok); errors.Is(err, lease.ErrLost) {
+					gone = append(gone, tok)
+				}
+			}
+			if len(gone) == 0 {
+				t.Fatal("nothing was deleted")
+			}
+			if diff := cmp.Diff(gone, tokens(got), sorted); diff != "" {
+				t.Errorf("deleted holders missing from the result (-deleted +returned):\n%s", diff)
+			}
+		})
 	}
 }

@@ -94,7 +94,8 @@ func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (lease.Holder, 
 
 // ReapIdle deletes the holders of resource ("" for all) whose lastSeenAt + TTL lies before
 // the server's now, decrementing their counters, and returns them so that a dispatcher can
-// run their handlers. Each delete is a compare-and-delete on the lastSeenAt it read, so a
+// run their handlers; on an error, those deleted so far (the one whose decrement failed
+// included). Each delete is a compare-and-delete on the lastSeenAt it read, so a
 // touch in between makes it miss.
 func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
 	now, err := s.ServerTime(ctx)
@@ -117,11 +118,11 @@ func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, 
 			continue
 		}
 		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.ID}, {Key: "lastSeenAt", Value: c.LastSeenAt}})
+		if ok { // deleted is reaped, even when its decrement failed (reconcile returns the slots)
+			reaped = append(reaped, h)
+		}
 		if err != nil {
 			return reaped, err
-		}
-		if ok {
-			reaped = append(reaped, h)
 		}
 	}
 	return reaped, nil
@@ -171,7 +172,8 @@ func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder,
 	return s.deleteHolder(ctx, filter)
 }
 
-// deleteAll deletes, one by one, the holders matching filter, and returns those it deleted.
+// deleteAll deletes, one by one, the holders matching filter, and returns those it deleted,
+// also when it stops at an error.
 func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, error) {
 	docs, err := s.findHolders(ctx, filter, bson.D{{Key: "_id", Value: 1}})
 	if err != nil {
@@ -180,11 +182,11 @@ func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, e
 	var out []lease.Holder
 	for _, d := range docs {
 		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: d.ID}})
+		if ok { // deleted is revoked, even when its decrement failed (reconcile returns the slots)
+			out = append(out, h)
+		}
 		if err != nil {
 			return out, err
-		}
-		if ok {
-			out = append(out, h)
 		}
 	}
 	return out, nil

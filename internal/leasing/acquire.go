@@ -62,6 +62,7 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 	var busy *lease.BusyError
 	switch {
 	case err == nil:
+		label = s.labels.book(def.Resource) // a booked resource earns its own label value
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireSuccess).Inc()
 		s.metrics.AcquireWait.WithLabelValues(label).Observe(waited.Seconds())
 		s.tokens.put(h.Token, label)

@@ -72,8 +72,9 @@ func (t *tokenLabels) len() int {
 	return t.order.Len()
 }
 
-// labelSet bounds the distinct resource label values: resources come from definitions, but
-// a client can name arbitrary leases, and each label value is a time series.
+// labelSet bounds the distinct resource label values: a client can name arbitrary leases,
+// and each label value is a time series. Only a resource that this process booked a holder
+// on gets a value of its own (book); before that, and beyond the bound, it is LabelOther.
 type labelSet struct {
 	mu   sync.Mutex
 	max  int
@@ -84,14 +85,24 @@ func newLabelSet(maxLabels int) *labelSet {
 	return &labelSet{max: maxLabels, seen: map[string]struct{}{}}
 }
 
-// of returns the label value for a resource.
+// of returns the label value for a resource, without giving it a slot.
 func (l *labelSet) of(resource string) string {
-	switch {
-	case resource == "":
-		return LabelNone
-	case strings.HasPrefix(resource, definition.InlineResourcePrefix):
-		// mcp-inline:<tenant>/<project>/<name>: tenant IDs are never label values.
-		return LabelInline
+	if v, fixed := fixedLabel(resource); fixed {
+		return v
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[resource]; ok {
+		return resource
+	}
+	return LabelOther
+}
+
+// book returns the label value for a resource a holder was just booked on, giving it a slot
+// while there are any left.
+func (l *labelSet) book(resource string) string {
+	if v, fixed := fixedLabel(resource); fixed {
+		return v
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -103,4 +114,16 @@ func (l *labelSet) of(resource string) string {
 	}
 	l.seen[resource] = struct{}{}
 	return resource
+}
+
+// fixedLabel is the label of resources that never take a slot.
+func fixedLabel(resource string) (string, bool) {
+	switch {
+	case resource == "":
+		return LabelNone, true
+	case strings.HasPrefix(resource, definition.InlineResourcePrefix):
+		// mcp-inline:<tenant>/<project>/<name>: tenant IDs are never label values.
+		return LabelInline, true
+	}
+	return "", false
 }

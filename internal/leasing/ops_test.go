@@ -285,14 +285,25 @@ func TestTokenLabelsNeedNoStoreRead(t *testing.T) {
 	}
 }
 
+// TestBoundedResourceLabels: only resources that were booked get a label value of their
+// own; lease names a caller invents (NOOPs) cannot use up the slots of real resources.
 func TestBoundedResourceLabels(t *testing.T) {
-	e := newEnv(t, nil, envOpts{svcOpts: []leasing.Option{leasing.WithMaxResourceLabels(2)}})
+	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", global: 3, ttlSeconds: 60}},
+		envOpts{svcOpts: []leasing.Option{leasing.WithMaxResourceLabels(2)}})
 	for _, name := range []string{"a", "b", "c", "d", "a"} {
 		mustAcquire(t, e.svc, req(name, "acme", "p", "u")) // no documents: NOOP
 	}
-	for label, want := range map[string]float64{"a": 2, "b": 1, leasing.LabelOther: 2} {
-		if got := counter(e.metrics.Acquire, label, metrics.AcquireNoop); got != want {
-			t.Errorf("acquire{%s,noop} = %v, want %v", label, got, want)
+	mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))
+	for _, c := range []struct {
+		label, outcome string
+		want           float64
+	}{
+		{leasing.LabelOther, metrics.AcquireNoop, 5},
+		{"a", metrics.AcquireNoop, 0},
+		{"tex2pdf", metrics.AcquireSuccess, 1},
+	} {
+		if got := counter(e.metrics.Acquire, c.label, c.outcome); got != c.want {
+			t.Errorf("acquire{%s,%s} = %v, want %v", c.label, c.outcome, got, c.want)
 		}
 	}
 }

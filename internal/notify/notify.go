@@ -22,31 +22,76 @@ type Event struct {
 	At       time.Time `json:"at"`
 }
 
+// DefaultMaxEvents bounds the events a hub keeps. Forwarded revocations arrive from the
+// pod network; a flood of them must not grow the agent's memory without end.
+const DefaultMaxEvents = 10000
+
 // Hub keeps the latest event per token for a while, so a waiter that arrives after the
-// revocation still hears of it, and wakes waiters when one is published.
+// revocation still hears of it, and wakes waiters when one is published. It keeps at most
+// maxEvents events, dropping the oldest first.
 type Hub struct {
 	mu      sync.Mutex
-	events  map[string]Event
+	events  map[string]kept
+	order   []published // publish order; order[head:] are live entries (maybe superseded)
+	head    int
+	seq     uint64
 	waiters map[string][]chan Event
 	keep    time.Duration
+	max     int
 	clock   clock.PassiveClock
 }
 
+// kept is a token's latest event and the sequence number of its publish.
+type kept struct {
+	ev  Event
+	seq uint64
+}
+
+// published is one entry of the hub's publish order.
+type published struct {
+	token string
+	at    time.Time
+	seq   uint64
+}
+
+// HubOption configures a Hub.
+type HubOption func(*Hub)
+
+// WithMaxEvents bounds the kept events (default DefaultMaxEvents).
+func WithMaxEvents(n int) HubOption { return func(h *Hub) { h.max = max(n, 1) } }
+
 // NewHub returns a hub that keeps delivered events for keep, so a poll that arrives after
 // the revocation still sees it.
-func NewHub(keep time.Duration, clk clock.PassiveClock) *Hub {
-	return &Hub{events: map[string]Event{}, waiters: map[string][]chan Event{}, keep: keep, clock: clk}
+func NewHub(keep time.Duration, clk clock.PassiveClock, opts ...HubOption) *Hub {
+	h := &Hub{events: map[string]kept{}, waiters: map[string][]chan Event{}, keep: keep, max: DefaultMaxEvents, clock: clk}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Len is the number of events kept.
+func (h *Hub) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.events)
 }
 
 // Publish records ev for its token and wakes every waiter on that token.
 func (h *Hub) Publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.gc()
+	now := h.clock.Now()
+	h.gc(now)
 	if ev.At.IsZero() {
-		ev.At = h.clock.Now()
+		ev.At = now
 	}
-	h.events[ev.Token] = ev
+	h.seq++
+	h.events[ev.Token] = kept{ev: ev, seq: h.seq}
+	h.order = append(h.order, published{token: ev.Token, at: now, seq: h.seq})
+	for len(h.events) > h.max {
+		h.dropOldest()
+	}
 	for _, w := range h.waiters[ev.Token] {
 		w <- ev
 	}
@@ -57,9 +102,9 @@ func (h *Hub) Publish(ev Event) {
 // (ok=false).
 func (h *Hub) Wait(ctx context.Context, token string) (Event, bool) {
 	h.mu.Lock()
-	if ev, ok := h.events[token]; ok {
+	if k, ok := h.events[token]; ok {
 		h.mu.Unlock()
-		return ev, true
+		return k.ev, true
 	}
 	ch := make(chan Event, 1)
 	h.waiters[token] = append(h.waiters[token], ch)
@@ -89,12 +134,26 @@ func (h *Hub) Wait(ctx context.Context, token string) (Event, bool) {
 	}
 }
 
-// gc drops events older than keep; called with the lock held.
-func (h *Hub) gc() {
-	cutoff := h.clock.Now().Add(-h.keep)
-	for tok, ev := range h.events {
-		if ev.At.Before(cutoff) {
-			delete(h.events, tok)
-		}
+// gc drops events published more than keep ago, oldest first, so a publish costs O(1)
+// amortised; called with the lock held.
+func (h *Hub) gc(now time.Time) {
+	cutoff := now.Add(-h.keep)
+	for h.head < len(h.order) && h.order[h.head].at.Before(cutoff) {
+		h.dropOldest()
+	}
+}
+
+// dropOldest forgets the oldest entry of the publish order (its event, unless a later
+// publish of the same token superseded it); called with the lock held.
+func (h *Hub) dropOldest() {
+	p := h.order[h.head]
+	h.order[h.head] = published{}
+	h.head++
+	if h.events[p.token].seq == p.seq {
+		delete(h.events, p.token)
+	}
+	if h.head > len(h.order)/2 { // compact, keeping the slice proportional to what is live
+		h.order = append(h.order[:0], h.order[h.head:]...)
+		h.head = 0
 	}
 }

@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,5 +71,34 @@ func TestHubWaitEndsWithContext(t *testing.T) {
 	got, ok := hub.Wait(context.Background(), "nobody")
 	if !ok || got.Reason != "idle" {
 		t.Errorf("Wait after publish = %+v, %v", got, ok)
+	}
+}
+
+// TestHubBounded: events published faster than they expire (a flood of forwarded
+// revocations) keep at most the configured number; the newest are kept, so a waiter on a
+// recent revocation still hears of it.
+func TestHubBounded(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	hub := notify.NewHub(time.Hour, clk, notify.WithMaxEvents(100))
+	for i := range 1000 {
+		hub.Publish(notify.Event{Token: fmt.Sprintf("tok-%d", i), Reason: "revoke"})
+		clk.SetTime(clk.Now().Add(time.Millisecond))
+	}
+	if got := hub.Len(); got > 100 {
+		t.Errorf("hub keeps %d events, want at most 100", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, ok := hub.Wait(ctx, "tok-999"); !ok {
+		t.Error("the newest event was dropped")
+	}
+	if _, ok := hub.Wait(ctx, "tok-0"); ok {
+		t.Error("the oldest event is still kept beyond the bound")
+	}
+	// Expired events go too, without a publish scanning all of them.
+	clk.SetTime(clk.Now().Add(2 * time.Hour))
+	hub.Publish(notify.Event{Token: "fresh"})
+	if got := hub.Len(); got != 1 {
+		t.Errorf("after expiry the hub keeps %d events, want 1", got)
 	}
 }

@@ -55,6 +55,7 @@ type Watcher struct {
 	informer cache.Informer
 	api      client.Reader
 	self     lease.PodRef
+	ns       []string // watched namespaces; empty: all
 	clock    clock.PassiveClock
 	log      logr.Logger
 
@@ -96,7 +97,7 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 }
 
 func newWatcher(ctx context.Context, c cache.Cache, api client.Reader, opts Options) (*Watcher, error) {
-	w := &Watcher{cache: c, api: api, self: opts.Self, clock: opts.Clock, log: opts.Logger}
+	w := &Watcher{cache: c, api: api, self: opts.Self, ns: opts.Namespaces, clock: opts.Clock, log: opts.Logger}
 	if w.clock == nil {
 		w.clock = clock.RealClock{}
 	}
@@ -237,6 +238,53 @@ func (w *Watcher) PodByIP(ip string) (lease.PodRef, bool) {
 		return lease.PodRef{}, false
 	}
 	return found[0], true
+}
+
+// Identify returns the pod that has ip, the source address of a caller of the manager's
+// API. When the cache does not know exactly one live pod with ip (the informer lags behind
+// a pod that just started, or two pods seem to share the address), the API server decides.
+// No pod with ip there either: the zero PodRef (the caller is no pod, e.g. a developer's
+// curl). Still more than one, or the API server cannot be read: an error satisfying
+// lease.ErrUnavailable, because a holder stored without its pod would never be pod-reaped
+// (docs/operations.md, "Pod identity").
+func (w *Watcher) Identify(ctx context.Context, ip string) (lease.PodRef, error) {
+	if ref, ok := w.PodByIP(ip); ok {
+		return ref, nil
+	}
+	key, ok := normalizeIP(ip)
+	if !ok {
+		return lease.PodRef{}, nil
+	}
+	namespaces := w.ns
+	if len(namespaces) == 0 {
+		namespaces = []string{""} // all
+	}
+	var found []lease.PodRef
+	now := w.clock.Now()
+	for _, ns := range namespaces {
+		var list corev1.PodList
+		if err := w.api.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{"status.podIP": key}); err != nil {
+			return lease.PodRef{}, lease.Unavailable("identifying the pod of "+key, err)
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Spec.HostNetwork {
+				continue
+			}
+			if _, alive := Liveness(RefOf(p), lease.PodRef{}, p, now); alive {
+				found = append(found, RefOf(p))
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return lease.PodRef{}, nil
+	case 1:
+		return found[0], nil
+	default:
+		return lease.PodRef{}, lease.Unavailable("identifying the pod of "+key,
+			fmt.Errorf("%d running pods have this IP (%s, %s, ...)", len(found), found[0], found[1]))
+	}
 }
 
 // cached reads pod from the cache; a missing pod is (nil, nil).

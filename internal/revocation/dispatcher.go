@@ -82,8 +82,22 @@ var (
 // Option configures a Dispatcher.
 type Option func(*Dispatcher)
 
-// WithForwarder sets the forwarder to holder pods' agents (default:
-// NewHTTPForwarder(nil, DefaultAgentPort, "")).
+// Forwarder delivers a revocation to the agent of a live holder pod at ip
+// (agentlink.HTTPForwarder). Any error counts as "unreachable": the dispatcher then takes
+// the dead path.
+type Forwarder interface {
+	Forward(ctx context.Context, ip string, r Revocation) error
+}
+
+// noForwarder is the default: every pod is unreachable.
+type noForwarder struct{}
+
+func (noForwarder) Forward(context.Context, string, Revocation) error {
+	return fmt.Errorf("no forwarder configured")
+}
+
+// WithForwarder sets the forwarder to holder pods' agents (default: none, a live holder
+// pod elsewhere is treated as unreachable).
 func WithForwarder(f Forwarder) Option { return func(d *Dispatcher) { d.forwarder = f } }
 
 // WithRecorder records Kubernetes Events on the holder's Pod (default: none). Use the
@@ -143,7 +157,7 @@ func NewDispatcher(pods PodView, self lease.PodRef, registry *Registry, opts ...
 		o(d)
 	}
 	if d.forwarder == nil {
-		d.forwarder = NewHTTPForwarder(nil, DefaultAgentPort, "")
+		d.forwarder = noForwarder{}
 	}
 	if d.metrics == nil {
 		d.metrics = metrics.Default()
@@ -247,7 +261,7 @@ func (d *Dispatcher) forward(ctx context.Context, h lease.Holder, reason string)
 	if !ok {
 		return fmt.Errorf("pod %s has no endpoint", h.Pod)
 	}
-	return d.forwarder.Forward(ctx, ip, MessageFor(FromHolder(h, reason, SiteHolderPod)))
+	return d.forwarder.Forward(ctx, ip, FromHolder(h, reason, SiteHolderPod))
 }
 
 func (d *Dispatcher) runHandler(ctx context.Context, r Revocation) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
 
 // noPods is a PodView that knows no pod but this process's.
@@ -28,7 +29,7 @@ func (noPods) Endpoint(lease.PodRef) (string, bool) { return "", false }
 func TestRevokedNeverBlocks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	d := revocation.NewDispatcher(noPods{}, lease.PodRef{}, revocation.NewDefaultRegistry(nil, nil, nil),
+	d := revocation.NewDispatcher(noPods{}, lease.PodRef{}, handlers.NewDefaultRegistry(nil, nil, nil),
 		revocation.WithMetrics(m), revocation.WithRegisterer(reg), revocation.WithQueueSize(2))
 	holders := make([]lease.Holder, 5)
 	for i := range holders {
@@ -61,7 +62,7 @@ vance_lease_revocation_dropped_total 3
 func TestDispatchSelfWithoutPodView(t *testing.T) {
 	self := lease.PodRef{Namespace: "ns", Name: "agent-pod", UID: "u"}
 	hub := notify.NewHub(time.Minute, clock.RealClock{})
-	d := revocation.NewDispatcher(noPods{}, self, revocation.NewDefaultRegistry(hub, nil, nil),
+	d := revocation.NewDispatcher(noPods{}, self, handlers.NewDefaultRegistry(hub, nil, nil),
 		revocation.WithMetrics(metrics.New(nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,8 +1,7 @@
 // Package revocation sends reaped and revoked holders to the handler of their lease type
 // (specification §6): the dispatch matrix as a pure function (Decide), the Dispatcher that
-// applies it asynchronously, the handler registry with the shipped handlers (tex, mcp,
-// notify), the forwarder to a holder pod's agent and the receiving endpoint the agent
-// mounts at /internal/lease/revoked.
+// applies it asynchronously, and the handler registry. The shipped handlers live in
+// revocation/handlers, the forwarder to an agent and the agent's receiver in agentlink.
 //
 // A regular release never comes here: the holder cleans up its resource itself. Only a
 // reap (idle, pod) or an operator's revoke does.

@@ -29,6 +29,9 @@ const (
 	EnvDefinitionsNamespace = "LEASE_DEFINITIONS_NAMESPACE"
 	// EnvAgentURL is set in the app containers of an injected pod: where their agent listens.
 	EnvAgentURL = "LEASE_AGENT_URL"
+	// EnvAgentKey carries the namespace's agent key, with which reapers sign the revocations
+	// they forward to the agent.
+	EnvAgentKey = "LEASE_AGENT_KEY"
 )
 
 // The pod's identity, from the downward API.

@@ -23,12 +23,14 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
@@ -161,10 +163,10 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 
 	f.watcher, err = podwatch.New(cfg, podwatch.Options{Self: f.self, Namespaces: []string{f.ns}, Logger: GinkgoLogr})
 	Expect(err).NotTo(HaveOccurred())
-	registry := revocation.NewDefaultRegistry(f.selfHub,
-		revocation.ClientSecretReader{Reader: k8sClient}, nil)
+	registry := handlers.NewDefaultRegistry(f.selfHub,
+		handlers.ClientSecretReader{Reader: k8sClient}, nil)
 	f.disp = revocation.NewDispatcher(f.watcher, f.self, registry,
-		revocation.WithForwarder(revocation.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
+		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
 		revocation.WithRecorder(recorder),
 		revocation.WithMetrics(f.metrics),
 		revocation.WithRegisterer(f.registry),
@@ -194,9 +196,9 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 // serveAgent starts the stand-in agent as the agent of pod (the receiver checks the pod).
 func (f *fixture) serveAgent(pod lease.PodRef) {
 	mux := http.NewServeMux()
-	mux.Handle("POST "+revocation.ReceiverPath, revocation.NewReceiver(pod,
-		revocation.NewDefaultRegistry(f.agent.hub, nil, nil),
-		revocation.WithSharedSecret(sharedSecret), revocation.WithReceiverLogger(GinkgoLogr.WithName("agent"))))
+	mux.Handle("POST "+agentlink.ReceiverPath, agentlink.NewReceiver(pod,
+		handlers.NewDefaultRegistry(f.agent.hub, nil, nil),
+		agentlink.WithAgentKey(agentlink.AgentKey(sharedSecret, pod.Namespace)), agentlink.WithReceiverLogger(GinkgoLogr.WithName("agent"))))
 	f.agent.srv.Config.Handler = mux
 	f.agent.srv.Start()
 }

@@ -16,7 +16,8 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
-	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 )
 
 // mcpServer stands in for a remote MCP server and records the requests it gets.
@@ -36,6 +37,20 @@ func newMCPServer() *mcpServer {
 	}))
 	DeferCleanup(m.Close)
 	return m
+}
+
+// createMCPConfig creates the namespace's mcp configuration Secret for endpoint (token ""
+// for an unauthenticated server).
+func createMCPConfig(ctx context.Context, ns, name, endpoint, token string) {
+	data := map[string][]byte{handlers.MCPSecretEndpointKey: []byte(endpoint)}
+	if token != "" {
+		data[handlers.DefaultAuthSecretKey] = []byte(token)
+	}
+	Expect(k8sClient.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{handlers.MCPAuthSecretLabel: "true"}},
+		Data: data,
+	})).To(Succeed())
 }
 
 func (m *mcpServer) got() []string {
@@ -113,11 +128,7 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 	It("deletes the remote session on the reaper when a non-pod-bound holder's pod is dead", func(ctx SpecContext) {
 		f := newFixture(ctx, fixtureOptions{})
 		mcp := newMCPServer()
-		Expect(k8sClient.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "mcp-auth",
-				Labels: map[string]string{revocation.MCPAuthSecretLabel: "true"}},
-			Data: map[string][]byte{"token": []byte("s3cret")},
-		})).To(Succeed())
+		createMCPConfig(ctx, f.ns, "mcp-auth", mcp.URL+"/mcp", "s3cret")
 		pod := f.createPod(ctx, "brain-2", "10.9.0.2")
 		h := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,
 			map[string]string{"endpoint": mcp.URL + "/mcp", "sessionId": "sess-9", "authSecret": "mcp-auth"})
@@ -131,12 +142,30 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		Expect(published(f.selfHub, h.Token)()).To(noEvent)
 	})
 
+	It("does not contact an endpoint that only the payload names", func(ctx SpecContext) {
+		f := newFixture(ctx, fixtureOptions{})
+		configured, elsewhere := newMCPServer(), newMCPServer()
+		createMCPConfig(ctx, f.ns, "mcp-auth", configured.URL+"/mcp", "s3cret")
+		pod := f.createPod(ctx, "brain-4", "10.9.0.4")
+		h := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,
+			map[string]string{"endpoint": elsewhere.URL + "/mcp", "sessionId": "sess-4", "authSecret": "mcp-auth"})
+
+		deletePod(ctx, pod)
+
+		Eventually(podEvents(ctx, f.ns, pod.Name)).Should(ContainElement(
+			MatchRegexp(`^LeaseRevocationFailed/Cleanup: .* revoked \(pod\): .*MCP endpoint .* not contacted: secret .* does not name it`)))
+		Expect(f.held(ctx, h.Token)).To(BeFalse())
+		Expect(elsewhere.got()).To(BeEmpty())
+		Expect(configured.got()).To(BeEmpty())
+	})
+
 	It("takes the dead path when the forward to a live pod fails", func(ctx SpecContext) {
 		f := newFixture(ctx, fixtureOptions{agentDown: true})
 		mcp := newMCPServer()
+		createMCPConfig(ctx, f.ns, "mcp-anon", mcp.URL+"/mcp", "")
 		pod := f.createPod(ctx, "brain-3", "127.0.0.1") // alive, but nothing listens
 		session := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,
-			map[string]string{"endpoint": mcp.URL + "/mcp", "sessionId": "s-3"})
+			map[string]string{"endpoint": mcp.URL + "/mcp", "sessionId": "s-3", "authSecret": "mcp-anon"})
 		compile := f.acquire(ctx, "tex", "tex2pdf", pod, true, time.Hour, nil)
 
 		f.revoke(ctx, session, compile)
@@ -285,6 +314,28 @@ var _ = Describe("Sweeps", func() {
 })
 
 var _ = Describe("Pod watch", func() {
+	It("identifies a caller the informer has not seen yet from the API server, and never guesses", func(ctx SpecContext) {
+		f := newFixture(ctx, fixtureOptions{})
+		// A watcher whose informer lags: it was never started, so every cache read misses.
+		lagging, err := podwatch.New(cfg, podwatch.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		fresh := f.createPod(ctx, "fresh", "10.9.2.1")
+
+		Expect(lagging.Identify(ctx, "10.9.2.1")).To(Equal(fresh))
+		Expect(lagging.Identify(ctx, "::ffff:10.9.2.1")).To(Equal(fresh))
+		// No pod has the address (a developer's curl): a holder without a pod, as before.
+		Expect(lagging.Identify(ctx, "10.9.2.9")).To(Equal(lease.PodRef{}))
+		// Two running pods claim one address: the caller cannot be determined.
+		f.createPod(ctx, "twin-a", "10.9.2.5")
+		f.createPod(ctx, "twin-b", "10.9.2.5")
+		for _, w := range []*podwatch.Watcher{lagging, f.watcher} {
+			_, err = w.Identify(ctx, "10.9.2.5")
+			Expect(err).To(MatchError(lease.ErrUnavailable))
+		}
+		// The running watcher answers from its cache.
+		Expect(f.watcher.Identify(ctx, "10.9.2.1")).To(Equal(fresh))
+	})
+
 	It("identifies pods by IP, gives endpoints and tells incarnations apart", func(ctx SpecContext) {
 		f := newFixture(ctx, fixtureOptions{})
 		a := f.createPod(ctx, "ip-a", "10.9.1.1")

@@ -15,9 +15,12 @@
 //		if err != nil {
 //			t.Fatal(err)
 //		}
-//		store, err := leasestore.Connect(ctx, uri, mongotest.DatabaseName(t))
+//		store, err := leasestore.Connect(uri, mongotest.DatabaseName(t))
 //		...
 //	}
+//
+// Store tests normally use internal/testutil/storetest instead, which does the above, creates
+// the indexes, and drops the database when the test ends.
 //
 // The mongodev binary is <repo root>/bin/mongodev; it is built from hack/mongodev when it is
 // missing or older than its sources ($MONGODEV_BIN overrides the path and skips building).

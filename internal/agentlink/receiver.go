@@ -1,8 +1,8 @@
-package revocation
+package agentlink
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +15,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // Error codes of the receiver's own refusals; the common ones are httpjson's.
@@ -32,14 +33,14 @@ var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
 // holder pod: the handlers publish to the notify hub, which ends the app's long-poll).
 //
 // Answers: 200 {"outcome":"delivered"}; 400 INVALID_REQUEST (malformed JSON, a missing
-// field, an unknown reason or type); 401 UNAUTHORIZED (shared secret configured and the
-// X-Lease-Secret header does not match); 405 for another method; 409 NOT_HOLDER_POD (the
+// field, a token not of a token's form, an unknown reason or type); 401 UNAUTHORIZED (an
+// agent key is configured and the X-Lease-Signature header is not the body's signature); 405 for another method; 409 NOT_HOLDER_POD (the
 // message names another pod: the IP was reused); 500 HANDLER_FAILED. Any non-2xx makes
 // the sender fall back to the dead path.
 type Receiver struct {
 	self     lease.PodRef
-	handlers *Registry
-	secret   string
+	handlers *revocation.Registry
+	key      string
 	timeout  time.Duration
 	log      logr.Logger
 	held     HeldFunc
@@ -59,11 +60,11 @@ func WithHolderCheck(f HeldFunc) ReceiverOption { return func(r *Receiver) { r.h
 // ReceiverOption configures a Receiver.
 type ReceiverOption func(*Receiver)
 
-// WithSharedSecret requires the X-Lease-Secret header to equal secret (empty: no check).
-// The agent port is reachable from the whole pod network; without a secret anybody there
-// can make an app believe its lease was revoked. Give the manager and the agents the same
-// value (e.g. both from one Secret key via an env var).
-func WithSharedSecret(secret string) ReceiverOption { return func(r *Receiver) { r.secret = secret } }
+// WithAgentKey requires the X-Lease-Signature header to be the body's HMAC under key, the
+// namespace's AgentKey (empty: no check). The agent port is reachable from the whole pod
+// network; the signature (with the holder check) keeps anybody there from making an app
+// believe its lease was revoked.
+func WithAgentKey(key string) ReceiverOption { return func(r *Receiver) { r.key = key } }
 
 // WithReceiverLogger sets the logger (default: discard).
 func WithReceiverLogger(l logr.Logger) ReceiverOption { return func(r *Receiver) { r.log = l } }
@@ -73,7 +74,7 @@ func WithHandlerTimeout(d time.Duration) ReceiverOption { return func(r *Receive
 
 // NewReceiver returns the endpoint for the pod self (the agent's own identity; a zero self
 // skips the pod check) with the handlers of registry.
-func NewReceiver(self lease.PodRef, registry *Registry, opts ...ReceiverOption) *Receiver {
+func NewReceiver(self lease.PodRef, registry *revocation.Registry, opts ...ReceiverOption) *Receiver {
 	r := &Receiver{self: self, handlers: registry, timeout: 10 * time.Second, log: logr.Discard()}
 	for _, o := range opts {
 		o(r)
@@ -88,11 +89,20 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
 		return
 	}
-	if rc.secret != "" && subtle.ConstantTimeCompare([]byte(req.Header.Get(SecretHeader)), []byte(rc.secret)) != 1 {
-		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized, "missing or wrong "+SecretHeader)
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxMessageBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = fmt.Errorf("body larger than %d bytes", maxMessageBytes)
+		}
+		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
 		return
 	}
-	msg, err := decodeMessage(w, req)
+	if rc.key != "" && !hmac.Equal([]byte(req.Header.Get(SignatureHeader)), []byte(sign(rc.key, body))) {
+		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized, "missing or wrong "+SignatureHeader)
+		return
+	}
+	msg, err := decodeMessage(body)
 	if err != nil {
 		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
 		return
@@ -111,7 +121,10 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	log := rc.log.WithValues("token", msg.Token, "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
-	ctx, cancel := contextWithTimeout(req.Context(), rc.timeout)
+	ctx, cancel := req.Context(), context.CancelFunc(func() {})
+	if rc.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, rc.timeout)
+	}
 	defer cancel()
 	if rc.held != nil {
 		held, err := rc.held(ctx, msg.Token)
@@ -124,7 +137,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(SiteHolderPod)); err != nil {
+	if err := h.OnRevoked(logr.NewContext(ctx, log), msg.Revocation(revocation.SiteHolderPod)); err != nil {
 		log.Error(err, "Revocation handler failed")
 		httpjson.WriteError(w, http.StatusInternalServerError, ErrCodeHandler, err.Error())
 		return
@@ -134,19 +147,16 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.WriteString(w, `{"outcome":"delivered"}`)
 }
 
-func decodeMessage(w http.ResponseWriter, req *http.Request) (Message, error) {
+func decodeMessage(body []byte) (Message, error) {
 	var msg Message
-	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxMessageBytes))
-	if err := dec.Decode(&msg); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return msg, fmt.Errorf("body larger than %d bytes", maxMessageBytes)
-		}
+	if err := json.Unmarshal(body, &msg); err != nil {
 		return msg, fmt.Errorf("malformed JSON: %w", err)
 	}
 	switch {
 	case msg.Token == "":
 		return msg, errors.New("token: required")
+	case !lease.ValidToken(msg.Token):
+		return msg, errors.New("token: not a lease token")
 	case msg.Type == "":
 		return msg, errors.New("type: required")
 	case !validReasons[msg.Reason]:

@@ -1,6 +1,10 @@
-package revocation
+// Package handlers holds the revocation handlers that ship with the operator (tex, mcp,
+// notify) and what they need: the notify hub they publish to in the holder pod, and the
+// Secret reads and HTTP client of the mcp session DELETE on a reaper.
+package handlers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // The lease types whose handlers ship with the operator.
@@ -27,27 +32,47 @@ const (
 	TypeNotify = "notify"
 )
 
-// Payload keys read by the mcp handler on a reaper.
+// Payload keys read by the mcp handler on a reaper. The payload is written by the app: it
+// says which session to end and which configuration to look it up in, never where to send
+// the request (docs/operations.md, "MCP session cleanup").
 const (
-	// PayloadEndpoint is the MCP server's URL that the session was opened against.
+	// PayloadEndpoint is the MCP server's URL that the session was opened against. The
+	// DELETE is sent only when it is the endpoint of the configuration Secret.
 	PayloadEndpoint = "endpoint"
 	// PayloadSessionID is the session's Mcp-Session-Id.
 	PayloadSessionID = "sessionId"
-	// PayloadAuthSecret names the Secret with the credentials of the session's requests:
-	// "name" or "namespace/name"; the namespace must be the holder pod's namespace.
+	// PayloadAuthSecret names the tool's configuration Secret: "name" or "namespace/name";
+	// the namespace must be the holder pod's namespace.
 	PayloadAuthSecret = "authSecret"
-	// PayloadAuthSecretKey is the key in that Secret (default "token"); its value is sent
-	// as "Authorization: Bearer <value>".
+	// PayloadAuthSecretKey is the token's key in that Secret (default "token"); its value
+	// is sent as "Authorization: Bearer <value>".
 	PayloadAuthSecretKey = "authSecretKey"
 )
 
 // MCPAuthSecretLabel must be "true" on a Secret before the mcp handler reads it. The
 // payload is written by the app, so without this opt-in any app could make the manager
-// read any Secret of its namespace and send it to an endpoint of its choice.
+// read any Secret of its namespace.
 const MCPAuthSecretLabel = "lease.vancetope.io/mcp-auth"
 
-// DefaultAuthSecretKey is the Secret key used when the payload names none.
+// MCPSecretEndpointKey is the key of the configuration Secret that names the MCP server
+// the tool talks to (one URL per line). Only these URLs are ever sent a DELETE: the
+// manager does not send requests from its network position to an address an app chose.
+const MCPSecretEndpointKey = "endpoint"
+
+// DefaultAuthSecretKey is the Secret key used when the payload names none. A Secret
+// without it serves an unauthenticated MCP server.
 const DefaultAuthSecretKey = "token"
+
+// EndpointNotConfiguredError reports that the session DELETE was not sent, because the payload's
+// endpoint is not one the holder namespace's configuration names (or there is none).
+type EndpointNotConfiguredError struct {
+	Endpoint string
+	Reason   string
+}
+
+func (e *EndpointNotConfiguredError) Error() string {
+	return fmt.Sprintf("MCP endpoint %s not contacted: %s", e.Endpoint, e.Reason)
+}
 
 // Publisher delivers a revocation event to the waiters in this process (*notify.Hub).
 type Publisher interface {
@@ -85,8 +110,8 @@ func (c ClientSecretReader) ReadSecret(ctx context.Context, namespace, name stri
 // hub is this process's notify hub (nil: nothing is published, e.g. a manager that serves
 // no long-poll); secrets and httpClient serve the mcp session DELETE on a reaper (nil
 // secrets: a payload naming an auth Secret fails; nil client: DefaultMCPClient()).
-func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Client) *Registry {
-	r := NewRegistry()
+func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Client) *revocation.Registry {
+	r := revocation.NewRegistry()
 	// The types are distinct constants: Register cannot fail here.
 	_ = r.Register(TypeTex, TexHandler{Hub: hub})
 	_ = r.Register(TypeMCP, &MCPHandler{Hub: hub, Secrets: secrets, Client: httpClient})
@@ -94,7 +119,7 @@ func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Cl
 	return r
 }
 
-func publish(hub Publisher, r Revocation) {
+func publish(hub Publisher, r revocation.Revocation) {
 	if hub == nil {
 		return
 	}
@@ -108,8 +133,8 @@ type NotifyHandler struct {
 }
 
 // OnRevoked publishes in the holder pod.
-func (h NotifyHandler) OnRevoked(_ context.Context, r Revocation) error {
-	if r.Site == SiteHolderPod {
+func (h NotifyHandler) OnRevoked(_ context.Context, r revocation.Revocation) error {
+	if r.Site == revocation.SiteHolderPod {
 		publish(h.Hub, r)
 	}
 	return nil
@@ -125,8 +150,8 @@ type TexHandler struct {
 }
 
 // OnRevoked publishes in the holder pod.
-func (h TexHandler) OnRevoked(ctx context.Context, r Revocation) error {
-	if r.Site == SiteHolderPod {
+func (h TexHandler) OnRevoked(ctx context.Context, r revocation.Revocation) error {
+	if r.Site == revocation.SiteHolderPod {
 		publish(h.Hub, r)
 		return nil
 	}
@@ -137,8 +162,10 @@ func (h TexHandler) OnRevoked(ctx context.Context, r Revocation) error {
 // MCPHandler handles MCP sessions. In the holder pod it publishes to the hub: the app
 // compares the token with its pooled session's and closes that session (a late revocation
 // for a session re-opened since then closes nothing). On a reaper (dead holder pod, HTTP
-// transport) it terminates the remote session: DELETE <payload endpoint> with
-// Mcp-Session-Id: <payload sessionId>, authenticated with the Secret the payload names.
+// transport) it terminates the remote session: DELETE <endpoint> with Mcp-Session-Id:
+// <payload sessionId>, where the endpoint is the one the tool's configuration Secret (named
+// by the payload, in the holder pod's namespace) names and equals the payload's; a payload
+// endpoint the configuration does not name is not contacted.
 type MCPHandler struct {
 	Hub     Publisher
 	Secrets SecretReader
@@ -156,15 +183,15 @@ func DefaultMCPClient() *http.Client {
 }
 
 // OnRevoked publishes in the holder pod and deletes the remote session on a reaper.
-func (h *MCPHandler) OnRevoked(ctx context.Context, r Revocation) error {
-	if r.Site == SiteHolderPod {
+func (h *MCPHandler) OnRevoked(ctx context.Context, r revocation.Revocation) error {
+	if r.Site == revocation.SiteHolderPod {
 		publish(h.Hub, r)
 		return nil
 	}
 	return h.deleteSession(ctx, r)
 }
 
-func (h *MCPHandler) deleteSession(ctx context.Context, r Revocation) error {
+func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation) error {
 	log := logr.FromContextOrDiscard(ctx)
 	endpoint, session := r.Payload[PayloadEndpoint], r.Payload[PayloadSessionID]
 	if endpoint == "" || session == "" {
@@ -172,15 +199,15 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r Revocation) error {
 		log.V(1).Info("MCP payload has no endpoint or session, nothing to delete", "token", r.Token)
 		return nil
 	}
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("mcp payload endpoint %q is not an http(s) URL", endpoint)
+	u, err := parseHTTPURL(endpoint)
+	if err != nil {
+		return fmt.Errorf("mcp payload endpoint: %w", err)
 	}
-	auth, err := h.authorization(ctx, r)
+	target, auth, err := h.configured(ctx, r, u)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, target.String(), nil)
 	if err != nil {
 		return fmt.Errorf("building session DELETE: %w", err)
 	}
@@ -194,7 +221,7 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r Revocation) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("deleting MCP session at %s: %w", u.Redacted(), err)
+		return fmt.Errorf("deleting MCP session at %s: %w", target.Redacted(), err)
 	}
 	_ = resp.Body.Close()
 	switch {
@@ -204,18 +231,20 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r Revocation) error {
 	case resp.StatusCode == http.StatusMethodNotAllowed:
 		// The server does not let clients terminate sessions (allowed by the MCP spec).
 	default:
-		return fmt.Errorf("deleting MCP session at %s: %s", u.Redacted(), resp.Status)
+		return fmt.Errorf("deleting MCP session at %s: %s", target.Redacted(), resp.Status)
 	}
-	log.Info("Deleted MCP session of dead holder pod", "token", r.Token, "endpoint", u.Redacted(), "status", resp.StatusCode)
+	log.Info("Deleted MCP session of dead holder pod", "token", r.Token, "endpoint", target.Redacted(), "status", resp.StatusCode)
 	return nil
 }
 
-// authorization returns the Authorization header value from the payload's auth Secret, ""
-// when the payload names none.
-func (h *MCPHandler) authorization(ctx context.Context, r Revocation) (string, error) {
+// configured loads the configuration Secret the payload names and returns the configured
+// endpoint that equals the payload's (the DELETE goes there, never to the payload's text)
+// and the Authorization header value ("" without a token).
+func (h *MCPHandler) configured(ctx context.Context, r revocation.Revocation, payloadURL *url.URL) (*url.URL, string, error) {
 	ref := r.Payload[PayloadAuthSecret]
 	if ref == "" {
-		return "", nil
+		return nil, "", &EndpointNotConfiguredError{Endpoint: payloadURL.Redacted(),
+			Reason: "the payload names no configuration Secret (" + PayloadAuthSecret + ")"}
 	}
 	ns, name, found := strings.Cut(ref, "/")
 	if !found {
@@ -223,28 +252,64 @@ func (h *MCPHandler) authorization(ctx context.Context, r Revocation) (string, e
 	}
 	switch {
 	case r.Pod.Namespace == "":
-		return "", fmt.Errorf("mcp auth secret %q: the holder records no pod namespace", ref)
+		return nil, "", fmt.Errorf("mcp auth secret %q: the holder records no pod namespace", ref)
 	case ns != r.Pod.Namespace:
-		return "", fmt.Errorf("mcp auth secret %q: not in the holder pod's namespace %s", ref, r.Pod.Namespace)
+		return nil, "", fmt.Errorf("mcp auth secret %q: not in the holder pod's namespace %s", ref, r.Pod.Namespace)
 	case name == "":
-		return "", fmt.Errorf("mcp auth secret %q: empty name", ref)
+		return nil, "", fmt.Errorf("mcp auth secret %q: empty name", ref)
 	case h.Secrets == nil:
-		return "", errors.New("mcp auth secret named, but this process has no secret reader")
+		return nil, "", errors.New("mcp auth secret named, but this process has no secret reader")
 	}
 	s, err := h.Secrets.ReadSecret(ctx, ns, name)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if s.Labels[MCPAuthSecretLabel] != "true" {
-		return "", fmt.Errorf("secret %s/%s is not labelled %s=true", ns, name, MCPAuthSecretLabel)
+		return nil, "", fmt.Errorf("secret %s/%s is not labelled %s=true", ns, name, MCPAuthSecretLabel)
+	}
+	target := matchEndpoint(string(s.Data[MCPSecretEndpointKey]), payloadURL)
+	if target == nil {
+		return nil, "", &EndpointNotConfiguredError{Endpoint: payloadURL.Redacted(),
+			Reason: fmt.Sprintf("secret %s/%s key %q does not name it", ns, name, MCPSecretEndpointKey)}
 	}
 	key := r.Payload[PayloadAuthSecretKey]
-	if key == "" {
-		key = DefaultAuthSecretKey
+	v, ok := s.Data[cmp.Or(key, DefaultAuthSecretKey)]
+	switch {
+	case ok && len(v) > 0:
+		return target, "Bearer " + strings.TrimSpace(string(v)), nil
+	case key != "":
+		return nil, "", fmt.Errorf("secret %s/%s has no key %q", ns, name, key)
+	default:
+		return target, "", nil
 	}
-	v, ok := s.Data[key]
-	if !ok || len(v) == 0 {
-		return "", fmt.Errorf("secret %s/%s has no key %q", ns, name, key)
+}
+
+// matchEndpoint returns the URL of the configured list (one per line) that is the same
+// endpoint as u, nil when none is.
+func matchEndpoint(list string, u *url.URL) *url.URL {
+	for line := range strings.Lines(list) {
+		c, err := parseHTTPURL(strings.TrimSpace(line))
+		if err == nil && sameEndpoint(c, u) {
+			return c
+		}
 	}
-	return "Bearer " + strings.TrimSpace(string(v)), nil
+	return nil
+}
+
+// sameEndpoint compares scheme, host and path (case-insensitive host, trailing slash
+// ignored) and query; user info never matches.
+func sameEndpoint(a, b *url.URL) bool {
+	return a.User == nil && b.User == nil &&
+		strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Host, b.Host) &&
+		strings.TrimSuffix(a.EscapedPath(), "/") == strings.TrimSuffix(b.EscapedPath(), "/") &&
+		a.RawQuery == b.RawQuery
+}
+
+func parseHTTPURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	u.Fragment = ""
+	return u, nil
 }
