@@ -18,6 +18,8 @@ type fakeSource struct {
 	holders   []Holder
 	counters  []Counter
 	canList   bool
+	// listErr, when set, is what every list answers (e.g. the API not installed).
+	listErr   error
 	canDelete bool
 	revoked   []string
 }
@@ -29,6 +31,9 @@ var holdersGR = HoldersResource.GroupResource()
 func (f *fakeSource) ListHolders(_ context.Context, ns string) ([]Holder, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
 	if !f.canList {
 		return nil, apierrors.NewForbidden(holdersGR, "", errForbidden("list"))
 	}

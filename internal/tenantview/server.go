@@ -276,6 +276,10 @@ func (s *Server) apiError(w http.ResponseWriter, _ *http.Request, op string, err
 		s.render(w, http.StatusForbidden, "error", s.errorData("Not allowed for this tenant",
 			fmt.Sprintf("Your Kubernetes credentials do not allow %s in namespace %s. Ask the tenant's administrator for a RoleBinding.", op, s.namespace),
 			err.Error()))
+	case apierrors.IsNotFound(err) && !strings.HasPrefix(op, "revoking"):
+		s.render(w, http.StatusBadGateway, "error", s.errorData("The live lease API is not installed",
+			"The cluster does not serve leaseholders and leasecounters (live.lease.vancetope.io/v1alpha1): the lease manager and its APIService must be installed.",
+			err.Error()))
 	case apierrors.IsUnauthorized(err):
 		s.render(w, http.StatusUnauthorized, "error", s.errorData("Not signed in",
 			"The Kubernetes API did not accept the credentials of your kubeconfig ("+op+"). Log in again and restart kubectl lease ui.",

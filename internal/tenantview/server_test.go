@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -150,6 +152,15 @@ func TestForbiddenListIsShownAsNotAllowedForThisTenant(t *testing.T) {
 	status, body := get(t, browserlessClient(t), serve(t, src)+"/")
 	if status != http.StatusForbidden || !strings.Contains(body, "Not allowed for this tenant") {
 		t.Errorf("status %d, body %q; want 403 and the words", status, body)
+	}
+}
+
+func TestMissingLiveAPIIsNamed(t *testing.T) {
+	src := newFake()
+	src.listErr = apierrors.NewNotFound(schema.GroupResource{Group: "live.lease.vancetope.io", Resource: "leaseholders"}, "")
+	status, body := get(t, browserlessClient(t), serve(t, src)+"/")
+	if status != http.StatusBadGateway || !strings.Contains(body, "The live lease API is not installed") {
+		t.Errorf("status %d, body %q; want 502 naming the missing API", status, body)
 	}
 }
 
