@@ -36,6 +36,10 @@ const (
 	// ReasonLayerUnavailable: a layer this object's scope depends on (the built-in default or
 	// a wider LeaseDefinition) is broken, so the scope is unavailable.
 	ReasonLayerUnavailable = "LayerUnavailable"
+	// ReasonNamespaceNotPermitted: the object's namespace does not own its layer (the system
+	// layer outside the system namespace, or a tenant's layer outside that tenant's
+	// namespaces); the object takes part in no merge and no conflict (docs/tenancy.md).
+	ReasonNamespaceNotPermitted = "NamespaceNotPermitted"
 )
 
 // Reasons of the FieldsIgnored condition.

@@ -29,6 +29,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
@@ -56,6 +57,7 @@ type managerFlags struct {
 	agentPort       int
 	webhookPort     int
 	webhookCertDir  string
+	live            liveAPIFlags
 }
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
@@ -77,6 +79,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.agentPort, "agent-internal-port", settings.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
+	f.live.bind(fs)
 }
 
 // runManager reads like a table of contents: each setup step builds one concern and hands
@@ -119,6 +122,10 @@ func runManager(args []string) error {
 		return err
 	}
 	if err := setupAPIServer(mgr, f, store, resolver, rev); err != nil {
+		return err
+	}
+	if err := setupLiveAPI(ctx, mgr, f.live, rev.self.Namespace, liveapi.Deps{Store: store, Listener: rev.dispatcher,
+		Sweeper: rev.sweep, Pods: rev.watcher, Metrics: rev.metrics}); err != nil {
 		return err
 	}
 	if err := setupWebhooks(mgr, f); err != nil {

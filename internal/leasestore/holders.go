@@ -232,7 +232,9 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 	}
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
 	if limit > 0 {
-		opts.SetLimit(int64(limit) + 1).SetBatchSize(int32(min(limit+1, math.MaxInt32)))
+		// A batch one larger than the limit: the server sees the cursor exhausted and closes
+		// it, so no getMore or killCursors follows.
+		opts.SetLimit(int64(limit) + 1).SetBatchSize(int32(min(limit+2, math.MaxInt32)))
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

@@ -24,6 +24,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -51,27 +52,6 @@ var (
 	podRevGVR = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourcePodRevocations}
 	reconGVR  = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceReconciles}
 )
-
-// staticTenants is a fixed tenancy map.
-type staticTenants struct {
-	system string
-	byNS   map[string]string
-}
-
-func (s staticTenants) SystemNamespace() string { return s.system }
-func (s staticTenants) TenantOf(ns string) (string, bool) {
-	t, ok := s.byNS[ns]
-	return t, ok
-}
-func (s staticTenants) NamespacesOf(tenant string) []string {
-	var out []string
-	for ns, t := range s.byNS {
-		if t == tenant {
-			out = append(out, ns)
-		}
-	}
-	return out
-}
 
 type handledTokens struct {
 	mu   sync.Mutex
@@ -142,8 +122,9 @@ func run(m *testing.M) (int, error) {
 	}
 	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
 		Store:    store,
-		Tenants:  staticTenants{system: systemNS, byNS: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
+		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
 		Listener: disp,
+		Pods:     selfOnly{},
 		Metrics:  reaps,
 	})
 	if err != nil {
@@ -165,6 +146,12 @@ type selfOnly struct{}
 func (selfOnly) WaitForSync(context.Context) bool     { return true }
 func (selfOnly) Alive(p lease.PodRef) bool            { return p == self }
 func (selfOnly) Endpoint(lease.PodRef) (string, bool) { return "", false }
+func (selfOnly) Status(p lease.PodRef) (string, bool) {
+	if p == self {
+		return "", true
+	}
+	return "PodNotFound", false
+}
 
 // Users of the suite and their kubeconfig files.
 var (

@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apiserver/pkg/registry/rest"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/component-base/compatibility"
@@ -29,6 +29,7 @@ import (
 	liveopenapi "github.com/vancetope/lease-operator/api/live/openapi"
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 var (
@@ -76,8 +77,8 @@ type Options struct {
 type Deps struct {
 	// Store is the lease store (*leasestore.Store).
 	Store Store
-	// Tenants maps namespaces and tenants (tenancy.Map).
-	Tenants Tenants
+	// Tenants maps namespaces and tenants (docs/tenancy.md).
+	Tenants tenancy.Map
 	// Listener receives revoked holders (the revocation dispatcher); nil only logs them,
 	// and then no handler runs.
 	Listener Listener

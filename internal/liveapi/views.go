@@ -13,6 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // Store is the part of the lease store the live API uses (*leasestore.Store).
@@ -23,14 +24,6 @@ type Store interface {
 	Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error)
 	RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error)
 	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
-}
-
-// Tenants maps namespaces to logical tenants and back (tenancy.Map): a namespace labelled
-// lease.vancetope.io/tenant belongs to that tenant.
-type Tenants interface {
-	SystemNamespace() string
-	TenantOf(namespace string) (tenant string, ok bool)
-	NamespacesOf(tenant string) []string
 }
 
 // Listener receives revoked holders (the revocation dispatcher). It must not block.
@@ -83,7 +76,7 @@ type scope struct {
 
 // views applies the tenancy rules of docs/live-api.md.
 type views struct {
-	tenants Tenants
+	tenants tenancy.Map
 }
 
 func newViews(d Deps) *views { return &views{tenants: d.Tenants} }

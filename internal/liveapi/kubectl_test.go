@@ -1,0 +1,137 @@
+package liveapi_test
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+)
+
+// kubectl runs the real kubectl binary with kubeconfig and returns its output.
+func kubectl(t *testing.T, kubeconfig string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	bin, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatalf("kubectl is needed for these tests (the development and CI machines have /usr/bin/kubectl): %v", err)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctxT(t), bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+func mustKubectl(t *testing.T, kubeconfig string, args ...string) string {
+	t.Helper()
+	out, errOut, err := kubectl(t, kubeconfig, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// fields splits a table line on runs of spaces.
+func fields(line string) []string {
+	return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+}
+
+// TestKubectl drives the real kubectl as a tenant user: get with the server's columns,
+// -o wide, -o yaml, delete (a revocation), and watch's clear refusal.
+func TestKubectl(t *testing.T) {
+	res := "kc"
+	h := acquire(t, "acme", res, "u1")
+	sel := "-l=live.lease.vancetope.io/resource=" + res
+
+	out := mustKubectl(t, aliceFile, "-n", nsAcme, "get", "leaseholders", sel)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("kubectl get leaseholders printed %d lines, want header and one row:\n%s", len(lines), out)
+	}
+	wantHeader := []string{"NAME", "RESOURCE", "PROJECT", "USER", "TYPE", "POD", "ALIVE", "STATE", "AGE", "IDLE", "TTL"}
+	if got := fields(lines[0]); strings.Join(got, " ") != strings.Join(wantHeader, " ") {
+		t.Errorf("header = %q, want %q", got, wantHeader)
+	}
+	row := fields(lines[1])
+	wantRow := []string{h.Token, res, "p1", "u1", "tex", self.String(), "True", string(lease.StateHeld)}
+	if len(row) != len(wantHeader) || strings.Join(row[:len(wantRow)], " ") != strings.Join(wantRow, " ") || row[10] != "60m" {
+		t.Errorf("row = %q, want %q then age, idle, TTL 60m", row, wantRow)
+	}
+
+	// The short name and -o wide.
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lh", sel, "-o", "wide")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	header := fields(lines[0])
+	if got := strings.Join(header[len(wantHeader):], " "); got != "TENANT LEASE POD-BOUND HOLDER-REF LEVELS" {
+		t.Errorf("wide columns = %q", got)
+	}
+	if row := fields(lines[1]); len(row) < 13 || row[11] != "acme" || row[12] != res {
+		t.Errorf("wide row = %q, want tenant acme and lease %s", row, res)
+	}
+
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "leaseholder", h.Token, "-o", "yaml")
+	for _, want := range []string{
+		"apiVersion: live.lease.vancetope.io/v1alpha1", "kind: LeaseHolder", "name: " + h.Token,
+		"namespace: acme", "tenant: acme", "resource: " + res, "state: HELD", "podAlive: \"True\"",
+		"live.lease.vancetope.io/user: u1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-o yaml lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Counters: the tenant's levels, no global.
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", sel)
+	if !strings.Contains(out, res+".tenant.acme") || strings.Contains(out, res+".global") {
+		t.Errorf("kubectl get lc in acme:\n%s", out)
+	}
+
+	// Watch is refused with what to use instead.
+	_, errOut, err := kubectl(t, aliceFile, "-n", nsAcme, "get", "lh", "--watch-only")
+	if err == nil || !strings.Contains(errOut, "watch is not supported on leaseholders") {
+		t.Errorf("kubectl get -w: err %v, stderr %q; want the refusal", err, errOut)
+	}
+
+	// Bob may not delete in acme; alice may.
+	_, errOut, err = kubectl(t, bobFile, "-n", nsAcme, "delete", "leaseholder", h.Token)
+	if err == nil || !strings.Contains(errOut, "forbidden") {
+		t.Errorf("bob deletes in acme: err %v, stderr %q; want forbidden", err, errOut)
+	}
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.Token)
+	if want := `leaseholder.live.lease.vancetope.io "` + h.Token + `" deleted`; strings.TrimSpace(out) != want {
+		t.Errorf("kubectl delete printed %q, want %q", out, want)
+	}
+	if err := store.Touch(ctxT(t), h.Token); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("check after kubectl delete: %v, want ErrLost", err)
+	}
+}
+
+// TestNamesCollideWithNothing: bare "leases" stays coordination.k8s.io's, and the short
+// names lh and lc name one resource each.
+func TestNamesCollideWithNothing(t *testing.T) {
+	out := mustKubectl(t, env.AdminKubeconfig, "api-resources", "--no-headers")
+	short := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 5 { // NAME SHORTNAMES APIVERSION NAMESPACED KIND
+			for _, s := range strings.Split(f[1], ",") {
+				short[s] = append(short[s], f[0]+"."+f[2])
+			}
+		}
+		if len(f) > 0 && f[0] == "leases" && !strings.HasPrefix(f[len(f)-3], "coordination.k8s.io/") {
+			t.Errorf("a resource named leases outside coordination.k8s.io: %q", line)
+		}
+	}
+	for _, s := range []string{"lh", "lc"} {
+		if len(short[s]) != 1 {
+			t.Errorf("short name %s names %v, want exactly one resource", s, short[s])
+		}
+	}
+	out = mustKubectl(t, env.AdminKubeconfig, "get", "leases", "-A", "-o", "jsonpath={.items[*].apiVersion}")
+	if strings.Contains(out, "live.lease") {
+		t.Errorf("kubectl get leases lists live objects: %q", out)
+	}
+}
