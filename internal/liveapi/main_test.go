@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -171,36 +169,13 @@ func setupRBAC(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, f := range []string{"live_viewer_role.yaml", "live_revoker_role.yaml", "live_operator_role.yaml"} {
-		var role rbacv1.ClusterRole
-		b, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", f))
-		if err != nil {
-			return err
-		}
-		if err := yaml.UnmarshalStrict(b, &role); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	bind := func(user, ns string, roles ...string) error {
-		for _, r := range roles {
-			rb := &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r, Namespace: ns},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-			}
-			if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := bind("alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
+	if err := env.InstallClusterRoles(ctx, "live_viewer_role.yaml", "live_revoker_role.yaml", "live_operator_role.yaml"); err != nil {
 		return err
 	}
-	if err := bind("bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
+	if err := env.BindInNamespace(ctx, "alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
+		return err
+	}
+	if err := env.BindInNamespace(ctx, "bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
 		return err
 	}
 	crb := &rbacv1.ClusterRoleBinding{

@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
@@ -23,6 +20,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -49,25 +47,6 @@ var (
 	// aliceFile is alice's kubeconfig file, for kubectl lease ui itself.
 	aliceFile string
 )
-
-// staticTenants maps the suite's namespaces to their tenants, as the manager's tenancy map
-// does from the lease.vancetope.io/tenant label.
-type staticTenants map[string]string
-
-func (staticTenants) SystemNamespace() string { return systemNS }
-func (s staticTenants) TenantOf(ns string) (string, bool) {
-	t, ok := s[ns]
-	return t, ok
-}
-func (s staticTenants) NamespacesOf(tenant string) []string {
-	var out []string
-	for ns, t := range s {
-		if t == tenant {
-			out = append(out, ns)
-		}
-	}
-	return out
-}
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -122,7 +101,7 @@ func run(m *testing.M) (int, error) {
 	}
 	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
 		Store:   store,
-		Tenants: staticTenants{nsAcme: "acme", nsGlobex: "globex"},
+		Tenants: tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
 	})
 	if err != nil {
 		return 1, err
@@ -150,39 +129,16 @@ func setupRBAC(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, f := range []string{"live_viewer_role.yaml", "live_revoker_role.yaml"} {
-		var role rbacv1.ClusterRole
-		b, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "rbac", f))
-		if err != nil {
-			return err
-		}
-		if err := yaml.UnmarshalStrict(b, &role); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	bind := func(user, ns string, roles ...string) error {
-		for _, r := range roles {
-			rb := &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: user + "-" + r, Namespace: ns},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r},
-				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-			}
-			if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := bind("alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
+	if err := env.InstallClusterRoles(ctx, "live_viewer_role.yaml", "live_revoker_role.yaml"); err != nil {
 		return err
 	}
-	if err := bind("vic", nsAcme, "live-viewer"); err != nil {
+	if err := env.BindInNamespace(ctx, "alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
 		return err
 	}
-	if err := bind("bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
+	if err := env.BindInNamespace(ctx, "vic", nsAcme, "live-viewer"); err != nil {
+		return err
+	}
+	if err := env.BindInNamespace(ctx, "bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
 		return err
 	}
 	if alice, aliceFile, err = env.User("alice"); err != nil {
