@@ -13,10 +13,10 @@ import (
 func TestFakeSourceBrowserPhoneLayout(t *testing.T) {
 	base := serve(t, newFake())
 	ctx := browser.New(t, 390, 844)
-	browser.Navigate(t, ctx, base+"/")
+	browser.Navigate(ctx, t, base+"/")
 	// On a narrow screen the table cells stack with their labels and nothing scrolls sideways.
-	if w := browser.Eval[float64](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+	if w := browser.Eval[float64](ctx, t, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
 		t.Errorf("page is %v px wider than the phone's screen", w)
 	}
-	browser.Capture(t, ctx, "fake-phone")
+	browser.Capture(ctx, t, "fake-phone")
 }

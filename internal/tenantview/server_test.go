@@ -59,7 +59,7 @@ func get(t *testing.T, c *http.Client, u string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestRevokeRefusesAPostWithoutTheSessionsToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusForbidden {
 				t.Errorf("status %d, want 403", resp.StatusCode)
 			}
@@ -106,7 +106,7 @@ func TestRevokeRefusesAPostWithoutTheSessionsToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusSeeOther || len(src.revokedNames()) != 1 {
 			t.Errorf("status %d, revoked %v; want 303 and the holder revoked", resp.StatusCode, src.revokedNames())
 		}
@@ -126,7 +126,7 @@ func TestRevokeRefusesAnotherOrigin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden || len(src.revokedNames()) != 0 {
 		t.Errorf("status %d, revoked %v; want 403 and nothing revoked", resp.StatusCode, src.revokedNames())
 	}
@@ -140,7 +140,7 @@ func TestHandlerRefusesAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Errorf("status %d, want 421", resp.StatusCode)
 	}

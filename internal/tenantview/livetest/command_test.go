@@ -50,8 +50,8 @@ func TestKubectlLeaseUI(t *testing.T) {
 	g.Eventually(out.String).WithTimeout(30*time.Second).Should(gomega.MatchRegexp(url.String()), "stderr: %s", errOut.String())
 
 	bctx := browser.New(t, 1024, 768)
-	browser.Navigate(t, bctx, url.FindString(out.String()))
-	if got := browser.Eval[[]string](t, bctx, jsHolders); !slices.Contains(got, h) {
+	browser.Navigate(bctx, t, url.FindString(out.String()))
+	if got := browser.Eval[[]string](bctx, t, jsHolders); !slices.Contains(got, h) {
 		t.Errorf("kubectl lease ui lists %v, want %s among them", got, h)
 	}
 	stop()

@@ -41,7 +41,7 @@ func call(t testing.TB, method, path, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out) // some answers have no body
 	return resp.StatusCode, out
@@ -109,13 +109,13 @@ func TestTenantSeesItsOwnHoldersAndCountersOnly(t *testing.T) {
 	g1 := acquire(t, "globex", "apps", "bob")
 
 	ctx := browser.New(t, 1280, 900)
-	browser.Navigate(t, ctx, startView(t, alice, nsAcme))
-	if got := browser.Eval[[]string](t, ctx, jsHolders); !slices.Equal(sorted(got...), sorted(a1, a2)) {
+	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(sorted(got...), sorted(a1, a2)) {
 		t.Errorf("alice's view lists holders %v, want acme's %v (globex's is %s)", got, sorted(a1, a2), g1)
 	}
 	// Counters of the other tests' released leases stay at 0 until a reconcile removes
 	// them; they are acme's too.
-	counters := browser.Eval[[]string](t, ctx, jsCounters)
+	counters := browser.Eval[[]string](ctx, t, jsCounters)
 	for _, want := range []string{"tenant acme", "project acme/thesis", "project acme/website"} {
 		if !slices.Contains(counters, want) {
 			t.Errorf("alice's view lists counters %v, lacking %q", counters, want)
@@ -126,19 +126,19 @@ func TestTenantSeesItsOwnHoldersAndCountersOnly(t *testing.T) {
 			t.Errorf("alice's view lists counter %q, not of tenant acme", c)
 		}
 	}
-	if n := browser.Eval[float64](t, ctx, `document.querySelectorAll('[data-level="global"]').length`); n != 0 {
+	if n := browser.Eval[float64](ctx, t, `document.querySelectorAll('[data-level="global"]').length`); n != 0 {
 		t.Errorf("alice's view shows %v elements of the global level", n)
 	}
-	browser.Capture(t, ctx, "tenant-a")
+	browser.Capture(ctx, t, "tenant-a")
 
 	// The other tenant's namespace, with alice's credentials: the API says no.
-	browser.Navigate(t, ctx, startView(t, alice, nsGlobex))
-	if got := browser.Eval[string](t, ctx, jsHeading); got != "Not allowed for this tenant" {
+	browser.Navigate(ctx, t, startView(t, alice, nsGlobex))
+	if got := browser.Eval[string](ctx, t, jsHeading); got != "Not allowed for this tenant" {
 		t.Errorf("alice's view of globex: heading %q", got)
 	}
 	// And bob sees globex's holder, none of acme's.
-	browser.Navigate(t, ctx, startView(t, bob, nsGlobex))
-	if got := browser.Eval[[]string](t, ctx, jsHolders); !slices.Equal(got, []string{g1}) {
+	browser.Navigate(ctx, t, startView(t, bob, nsGlobex))
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(got, []string{g1}) {
 		t.Errorf("bob's view lists holders %v, want [%s]", got, g1)
 	}
 }
@@ -147,21 +147,21 @@ func TestRevokeInTheBrowser(t *testing.T) {
 	h := acquire(t, "acme", "revoke", "dan")
 	keep := acquire(t, "acme", "keep", "dan")
 	ctx := browser.New(t, 1280, 900)
-	browser.Navigate(t, ctx, startView(t, alice, nsAcme))
-	browser.Click(t, ctx, fmt.Sprintf(`tr[data-holder=%q] a.danger`, h))
-	if got := browser.Eval[string](t, ctx, jsHeading); got != "Revoke this holder?" {
+	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
+	browser.Click(ctx, t, fmt.Sprintf(`tr[data-holder=%q] a.danger`, h))
+	if got := browser.Eval[string](ctx, t, jsHeading); got != "Revoke this holder?" {
 		t.Fatalf("after Revoke…: heading %q", got)
 	}
 	if got := check(t, h); got != http.StatusOK {
 		t.Fatalf("check before the confirmation: %d, want 200", got)
 	}
-	browser.Capture(t, ctx, "confirm")
-	browser.Click(t, ctx, "#confirm-revoke")
+	browser.Capture(ctx, t, "confirm")
+	browser.Click(ctx, t, "#confirm-revoke")
 
-	if got := browser.Eval[string](t, ctx, `document.querySelector(".flash").textContent`); !strings.Contains(got, "revoked") {
+	if got := browser.Eval[string](ctx, t, `document.querySelector(".flash").textContent`); !strings.Contains(got, "revoked") {
 		t.Errorf("flash after revoking: %q", got)
 	}
-	if got := browser.Eval[[]string](t, ctx, jsHolders); !slices.Equal(got, []string{keep}) {
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(got, []string{keep}) {
 		t.Errorf("holders after revoking %s: %v, want [%s]", h, got, keep)
 	}
 	if got := check(t, h); got != http.StatusGone {
@@ -174,7 +174,7 @@ func TestRevokeInTheBrowser(t *testing.T) {
 
 // submitForged builds and submits a revoke form in the page, as a user who bypasses the
 // missing button would; csrf true copies the page's own session token.
-func submitForged(t *testing.T, ctx context.Context, holder string, csrf bool) {
+func submitForged(ctx context.Context, t *testing.T, holder string, csrf bool) {
 	t.Helper()
 	token := `""`
 	if csrf {
@@ -198,28 +198,28 @@ func TestViewOnlyUserCannotRevoke(t *testing.T) {
 	h := acquire(t, "acme", "viewonly", "eve")
 	ctx := browser.New(t, 1280, 900)
 	base := startView(t, vic, nsAcme)
-	browser.Navigate(t, ctx, base)
-	if got := browser.Eval[[]string](t, ctx, jsHolders); !slices.Contains(got, h) {
+	browser.Navigate(ctx, t, base)
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Contains(got, h) {
 		t.Fatalf("vic's view lists %v, want %s among them", got, h)
 	}
-	if n := browser.Eval[float64](t, ctx, jsRevokes); n != 0 {
+	if n := browser.Eval[float64](ctx, t, jsRevokes); n != 0 {
 		t.Errorf("vic's view shows %v revoke buttons, want none", n)
 	}
-	if !browser.Eval[bool](t, ctx, `document.getElementById("view-only") !== null`) {
+	if !browser.Eval[bool](ctx, t, `document.getElementById("view-only") !== null`) {
 		t.Error("vic's view does not say that it is view-only")
 	}
-	browser.Capture(t, ctx, "view-only")
+	browser.Capture(ctx, t, "view-only")
 
 	// With the session's token, the view passes the revocation on; the API refuses it.
-	submitForged(t, ctx, h, true)
-	if got := browser.Eval[string](t, ctx, jsHeading); got != "Not allowed for this tenant" {
+	submitForged(ctx, t, h, true)
+	if got := browser.Eval[string](ctx, t, jsHeading); got != "Not allowed for this tenant" {
 		t.Errorf("forged revoke by a viewer: heading %q, want the API's refusal", got)
 	}
-	browser.Capture(t, ctx, "not-allowed")
+	browser.Capture(ctx, t, "not-allowed")
 	// Without it, the view refuses it itself.
-	browser.Navigate(t, ctx, base)
-	submitForged(t, ctx, h, false)
-	if got := browser.Eval[string](t, ctx, jsHeading); got != "Request refused" {
+	browser.Navigate(ctx, t, base)
+	submitForged(ctx, t, h, false)
+	if got := browser.Eval[string](ctx, t, jsHeading); got != "Request refused" {
 		t.Errorf("revoke without the session's token: heading %q", got)
 	}
 	if got := check(t, h); got != http.StatusOK {
@@ -251,17 +251,17 @@ func TestDriftShowsAndDisappearsAfterReconcile(t *testing.T) {
 	// The docs' screenshot shows this page as it looks 95 s later, when the holders are
 	// close to their 120 s TTL.
 	base := startView(t, alice, nsAcme, tenantview.WithClock(clocktesting.NewFakePassiveClock(time.Now().Add(95*time.Second))))
-	browser.Navigate(t, ctx, base)
-	counters := browser.Eval[[]string](t, ctx, jsCounters)
+	browser.Navigate(ctx, t, base)
+	counters := browser.Eval[[]string](ctx, t, jsCounters)
 	for _, want := range []string{"tenant acme drift", "project acme/crash drift", "project acme/thesis"} {
 		if !slices.Contains(counters, want) {
 			t.Errorf("counters %v lack %q", counters, want)
 		}
 	}
-	if !browser.Eval[bool](t, ctx, `document.getElementById("drift-banner") !== null`) {
+	if !browser.Eval[bool](ctx, t, `document.getElementById("drift-banner") !== null`) {
 		t.Error("no drift banner")
 	}
-	browser.Capture(t, ctx, "drift")
+	browser.Capture(ctx, t, "drift")
 
 	// Reconcile repairs counters unchanged for the safety margin; until then the drift
 	// stays on the page.
@@ -276,7 +276,7 @@ func TestDriftShowsAndDisappearsAfterReconcile(t *testing.T) {
 		return counters, err
 	}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).
 		ShouldNot(gomega.ContainElement(gomega.HaveSuffix(" drift")), "counters still marked as drift after reconcile")
-	if browser.Eval[bool](t, ctx, `document.getElementById("drift-banner") !== null`) {
+	if browser.Eval[bool](ctx, t, `document.getElementById("drift-banner") !== null`) {
 		t.Error("drift banner still shown after reconcile")
 	}
 	if want := []string{"tenant acme", "project acme/thesis", "project acme/website"}; !slices.Equal(sorted(counters...), sorted(want...)) {

@@ -111,7 +111,7 @@ func Screenshot(t testing.TB, name string, png []byte) string {
 }
 
 // Navigate opens u in the tab of ctx and waits for it to load.
-func Navigate(t testing.TB, ctx context.Context, u string) {
+func Navigate(ctx context.Context, t testing.TB, u string) {
 	t.Helper()
 	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
 		t.Fatalf("opening %s: %v", u, err)
@@ -119,7 +119,7 @@ func Navigate(t testing.TB, ctx context.Context, u string) {
 }
 
 // Click clicks the element sel (CSS) and waits for the page it leads to.
-func Click(t testing.TB, ctx context.Context, sel string) {
+func Click(ctx context.Context, t testing.TB, sel string) {
 	t.Helper()
 	if _, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel)))); err != nil {
 		t.Fatalf("clicking %s: %v", sel, err)
@@ -127,7 +127,7 @@ func Click(t testing.TB, ctx context.Context, sel string) {
 }
 
 // Eval evaluates js in the page and decodes its value.
-func Eval[T any](t testing.TB, ctx context.Context, js string) T {
+func Eval[T any](ctx context.Context, t testing.TB, js string) T {
 	t.Helper()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
@@ -138,7 +138,7 @@ func Eval[T any](t testing.TB, ctx context.Context, js string) T {
 
 // Capture writes a full-page PNG screenshot of the tab as name.png in the artifacts
 // directory and returns its path.
-func Capture(t testing.TB, ctx context.Context, name string) string {
+func Capture(ctx context.Context, t testing.TB, name string) string {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
