@@ -1,14 +1,19 @@
 package tenantview
 
 import (
+	"context"
+	"fmt"
 	"testing"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
 
 	"github.com/vancetope/lease-operator/internal/testutil/browser"
 )
 
-// The test in this file drives the page in headless Chromium over the in-memory fake source:
-// it checks the layout only. What a tenant sees and may revoke through RBAC, in the same
-// browser, is tested against the real live API in ./livetest.
+// The tests in this file drive the pages in headless Chromium over the in-memory fake
+// source: they check the layout and keyboard use only. What a tenant sees and may revoke
+// through RBAC, in the same browser, is tested against the real live API in ./livetest.
 
 func TestFakeSourceBrowserPhoneLayout(t *testing.T) {
 	base := serve(t, newFake())
@@ -19,4 +24,44 @@ func TestFakeSourceBrowserPhoneLayout(t *testing.T) {
 		t.Errorf("page is %v px wider than the phone's screen", w)
 	}
 	browser.Capture(ctx, t, "fake-phone")
+}
+
+// tabTo presses Tab until the focused element matches sel, at most limit times, and
+// returns the number of presses.
+func tabTo(ctx context.Context, t *testing.T, sel string, limit int) int {
+	t.Helper()
+	for i := 1; i <= limit; i++ {
+		if err := chromedp.Do(ctx, chromedp.KeyEvent("\t")); err != nil {
+			t.Fatalf("pressing Tab: %v", err)
+		}
+		if browser.Eval[bool](ctx, t, fmt.Sprintf(`document.activeElement.matches(%q)`, sel)) {
+			return i
+		}
+	}
+	t.Fatalf("%s not reached with %d Tabs; focus is on %s", sel, limit, browser.Eval[string](ctx, t, `document.activeElement.outerHTML`))
+	return 0
+}
+
+// pressEnter presses Enter on the focused element and waits for the page it leads to.
+func pressEnter(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.KeyEvent("\r"))); err != nil {
+		t.Fatalf("pressing Enter: %v", err)
+	}
+}
+
+func TestFakeSourceBrowserKeyboardOnly(t *testing.T) {
+	src := newFake()
+	ctx := browser.New(t, 1280, 900)
+	browser.Navigate(ctx, t, serve(t, src)+"/")
+	if n := tabTo(ctx, t, "a.skip", 1); n != 1 {
+		t.Errorf("the skip link is not the first stop")
+	}
+	tabTo(ctx, t, `tr[data-holder="0a1b2c"] a.danger`, 10)
+	pressEnter(ctx, t)
+	tabTo(ctx, t, "#confirm-revoke", 10)
+	pressEnter(ctx, t)
+	if got := src.revokedNames(); len(got) != 1 {
+		t.Errorf("revoked %v with the keyboard, want the holder", got)
+	}
 }
