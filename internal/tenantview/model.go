@@ -105,7 +105,10 @@ type CounterRow struct {
 type ResourceGroup struct {
 	Resource string
 	Counters []CounterRow
-	Drift    bool
+	// InUse are the counters with a count or a booking: the occupancy card leaves out the
+	// empty counters the store keeps until reconcile removes them (the table lists them).
+	InUse []CounterRow
+	Drift bool
 }
 
 // Page is everything the main page shows.
@@ -175,6 +178,11 @@ func buildPage(namespace string, now time.Time, holders []Holder, counters []Cou
 			return cmp.Or(cmp.Compare(slices.Index(tenantLevels, a.Level), slices.Index(tenantLevels, b.Level)),
 				cmp.Compare(a.Scope, b.Scope))
 		})
+		for _, c := range g.Counters {
+			if c.Count != 0 || c.Booked != 0 {
+				g.InUse = append(g.InUse, c)
+			}
+		}
 		p.Resources = append(p.Resources, *g)
 	}
 	return p

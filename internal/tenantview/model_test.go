@@ -38,6 +38,7 @@ func TestBuildPageCounters(t *testing.T) {
 		{Resource: "tex", Level: "project", Scope: "acme/thesis", Count: 1, Booked: 1, UpdatedAt: now},
 		{Resource: "browser", Level: "tenant", Scope: "acme", Count: 4, Booked: 4, Cap: 2, UpdatedAt: now},
 		{Resource: "tex", Level: "bogus", Scope: "acme", Count: 1, Booked: 1, UpdatedAt: now},
+		{Resource: "tex", Level: "project", Scope: "acme/idle", Count: 0, Booked: 0, Cap: 1, UpdatedAt: now},
 	}
 	p := buildPage("acme", now, nil, counters, false)
 	type row struct {
@@ -54,11 +55,21 @@ func TestBuildPageCounters(t *testing.T) {
 	want := []row{
 		{"browser", "tenant", "acme", "", 100, true},
 		{"tex", "tenant", "acme", "+1", 100, true},
+		{"tex", "project", "acme/idle", "", 0, false},
 		{"tex", "project", "acme/thesis", "", 0, false},
 		{"tex", "user", "acme/ann", "", 100, true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("counters (-want +got):\n%s", diff)
+	}
+	var inUse []string
+	for _, g := range p.Resources {
+		for _, c := range g.InUse {
+			inUse = append(inUse, c.Resource+" "+c.Level)
+		}
+	}
+	if diff := cmp.Diff([]string{"browser tenant", "tex tenant", "tex project", "tex user"}, inUse); diff != "" {
+		t.Errorf("counters in use (-want +got):\n%s", diff)
 	}
 	if p.DriftCount != 1 || !p.Resources[1].Drift || p.Resources[0].Drift {
 		t.Errorf("drift: count %d, browser %v, tex %v; want 1, false, true", p.DriftCount, p.Resources[0].Drift, p.Resources[1].Drift)
