@@ -3,10 +3,10 @@ package liveapi_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +25,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 // The suite's world: one control plane with aggregation, one live API server on one store,
@@ -82,23 +83,12 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	uri, err := mongotest.URI()
-	if err != nil {
-		return 1, fmt.Errorf("test MongoDB: %w", err)
-	}
-	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()))
-	if err != nil {
+	var closeStore func()
+	var err error
+	if store, _, _, closeStore, err = storetest.OpenShared(ctx, "liveapi"); err != nil {
 		return 1, err
 	}
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = store.Drop(c)
-		_ = store.Close(c)
-	}()
-	if err := store.EnsureIndexes(ctx); err != nil {
-		return 1, err
-	}
+	defer closeStore()
 	if env, err = aggregatortest.Start(); err != nil {
 		return 1, err
 	}
@@ -114,23 +104,22 @@ func run(m *testing.M) (int, error) {
 		revocation.WithMetrics(reaps), revocation.WithRegisterer(reg))
 	go func() { _ = disp.Start(ctx) }()
 
-	l, port, err := aggregatortest.FreePort()
-	if err != nil {
-		return 1, err
-	}
-	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
-		Store:    store,
-		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
-		Listener: disp,
-		Pods:     selfOnly{},
-		Metrics:  reaps,
+	err = env.Serve(ctx, livev1alpha1.GroupVersion, systemNS, func(l net.Listener) error {
+		srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
+			Store:    store,
+			Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
+			Listener: disp,
+			Pods:     selfOnly{},
+			Metrics:  reaps,
+		})
+		if err != nil {
+			return err
+		}
+		go func() { _ = srv.Run(ctx) }()
+		return nil
 	})
 	if err != nil {
 		return 1, err
-	}
-	go func() { _ = srv.Run(ctx) }()
-	if err := env.Register(ctx, livev1alpha1.GroupVersion, systemNS, port); err != nil {
-		return 1, fmt.Errorf("registering the live API: %w", err)
 	}
 	if err := setupRBAC(ctx); err != nil {
 		return 1, err

@@ -3,6 +3,7 @@ package livetest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 // The suite's world: tenants acme and globex with a namespace each; alice administers acme
@@ -61,24 +63,14 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var closeStore func()
 	var err error
-	if dbURI, err = mongotest.URI(); err != nil {
-		return 1, fmt.Errorf("test MongoDB: %w", err)
-	}
-	dbName = fmt.Sprintf("tenantview-%d", time.Now().UnixNano())
-	store, err = leasestore.Connect(dbURI, dbName, leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0))
+	store, dbURI, dbName, closeStore, err = storetest.OpenShared(ctx, "tenantview",
+		leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0))
 	if err != nil {
 		return 1, err
 	}
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = store.Drop(c)
-		_ = store.Close(c)
-	}()
-	if err := store.EnsureIndexes(ctx); err != nil {
-		return 1, err
-	}
+	defer closeStore()
 
 	// The admission API, as the manager serves it, with the compiled-in tex definition
 	// (global 6, tenant 3, project 1, TTL 120s).
@@ -95,20 +87,19 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer func() { _ = env.Stop() }()
-	l, port, err := aggregatortest.FreePort()
-	if err != nil {
-		return 1, err
-	}
-	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
-		Store:   store,
-		Tenants: tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
+	err = env.Serve(ctx, livev1alpha1.GroupVersion, systemNS, func(l net.Listener) error {
+		srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
+			Store:   store,
+			Tenants: tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
+		})
+		if err != nil {
+			return err
+		}
+		go func() { _ = srv.Run(ctx) }()
+		return nil
 	})
 	if err != nil {
 		return 1, err
-	}
-	go func() { _ = srv.Run(ctx) }()
-	if err := env.Register(ctx, livev1alpha1.GroupVersion, systemNS, port); err != nil {
-		return 1, fmt.Errorf("registering the live API: %w", err)
 	}
 	if err := setupRBAC(ctx); err != nil {
 		return 1, err

@@ -239,3 +239,20 @@ func FreePort() (net.Listener, int, error) {
 	}
 	return l, l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Serve starts an aggregated API server on a free loopback port (serve gets the listener
+// and must return once the server is starting) and registers gv to it.
+func (e *Env) Serve(ctx context.Context, gv schema.GroupVersion, namespace string, serve func(net.Listener) error) error {
+	l, port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	if err := serve(l); err != nil {
+		_ = l.Close()
+		return err
+	}
+	if err := e.Register(ctx, gv, namespace, port); err != nil {
+		return fmt.Errorf("registering %s: %w", gv, err)
+	}
+	return nil
+}
