@@ -89,6 +89,8 @@ test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 200x ./internal/leasestore/
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench . -benchtime 100x ./internal/leasing/
+	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
+		go test -run '^$$' -bench . -benchtime 20x ./internal/liveapi/
 
 ##@ Build
 .PHONY: build

@@ -6,11 +6,15 @@
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
 # that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
-# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret).
+# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), LIVE_API_PORT (the live
+# API, registered with the local control plane's aggregation layer; default 8444).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
 api=${API_ADDR:-127.0.0.1:8082}
+live_port=${LIVE_API_PORT:-8444}
+export LEASE_SYSTEM_NAMESPACE=${LEASE_SYSTEM_NAMESPACE:-lease-system}
+live_flags=()
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
@@ -38,11 +42,14 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh)
   export KUBEBUILDER_ASSETS
   go build -o "$bin/devcluster" ./hack/devcluster
-  "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples >"$logs/devcluster.log" 2>&1 &
+  "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples \
+    --live-api-port "$live_port" --system-namespace "$LEASE_SYSTEM_NAMESPACE" >"$logs/devcluster.log" 2>&1 &
   pids+=($!)
   wait_for "$logs/devcluster.log" "devcluster ready" 120 "${pids[-1]}"
   export KUBECONFIG=$bin/dev.kubeconfig
   echo "run: local control plane, KUBECONFIG=$KUBECONFIG (samples from config/samples applied)"
+  # The local control plane routes live.lease.vancetope.io to this manager.
+  live_flags=(--live-api-bind-address "127.0.0.1:$live_port")
 fi
 
 # A development secret for the operator API, so that kubectl lease can revoke and sweep.
@@ -50,11 +57,12 @@ export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
 cat <<TXT
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
-run: the operator's view, in another shell:
-     export MONGODB_URI=$MONGODB_URI LEASE_MANAGER_URL=http://$api LEASE_ADMIN_SECRET=$LEASE_ADMIN_SECRET KUBECONFIG=${KUBECONFIG}
+run: the operator's view, in another shell (the kubeconfig is all it needs):
+     export KUBECONFIG=${KUBECONFIG} LEASE_SYSTEM_NAMESPACE=$LEASE_SYSTEM_NAMESPACE
+     kubectl get leaseholders -A; kubectl get leasecounters -A
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
-  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --zap-devel "$@" &
+  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --zap-devel "${live_flags[@]}" "$@" &
 pids+=($!)
 wait "${pids[-1]}"

@@ -53,6 +53,13 @@ func setupLiveAPI(ctx context.Context, mgr manager.Manager, f liveAPIFlags, syst
 			return fmt.Errorf("--live-api-bind-address %q: host must be an IP address", f.bindAddress)
 		}
 	}
+	if systemNamespace == "" {
+		// Outside a cluster (make run) the manager has no namespace of its own.
+		systemNamespace = os.Getenv("LEASE_SYSTEM_NAMESPACE")
+	}
+	if systemNamespace == "" {
+		return fmt.Errorf("the live API needs the system namespace: run in a pod (POD_NAMESPACE) or set LEASE_SYSTEM_NAMESPACE")
+	}
 	if deps.Tenants == nil {
 		if deps.Tenants, err = tenancy.NewInformed(ctx, mgr.GetCache(), systemNamespace); err != nil {
 			return err

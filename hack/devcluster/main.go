@@ -1,6 +1,8 @@
 // Command devcluster runs a local Kubernetes control plane (envtest's kube-apiserver and
 // etcd, no nodes) for `make run` on a machine without a cluster. It installs the CRDs from
-// config/crd/bases, writes an admin kubeconfig and waits until interrupted.
+// config/crd/bases, writes an admin kubeconfig and waits until interrupted. With
+// --live-api-port the aggregation layer is on and the live API (docs/live-api.md) is
+// registered at 127.0.0.1:PORT, where the manager serves it.
 //
 //	go run ./hack/devcluster --write-kubeconfig bin/dev.kubeconfig
 //
@@ -24,6 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 )
 
 func main() {
@@ -37,14 +42,32 @@ func run() error {
 	kubeconfig := flag.String("write-kubeconfig", "bin/dev.kubeconfig", "where to write the admin kubeconfig")
 	crds := flag.String("crds", filepath.Join("config", "crd", "bases"), "directory of CRD manifests to install")
 	apply := flag.String("apply", "", "directory of manifests to create once the control plane is up (e.g. config/samples)")
+	livePort := flag.Int("live-api-port", 0, "register the live API served on 127.0.0.1:PORT (0: no aggregation)")
+	system := flag.String("system-namespace", "lease-system", "namespace of the live API's Service (the manager's system namespace)")
 	flag.Parse()
 
-	env := &envtest.Environment{CRDDirectoryPaths: []string{*crds}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("starting the control plane: %w", err)
+	var (
+		env *envtest.Environment
+		cfg *rest.Config
+	)
+	if *livePort > 0 {
+		agg, err := aggregatortest.Start(*crds)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = agg.Stop() }()
+		env, cfg = agg.Env, agg.Config
+		if err := aggregatortest.RegisterAPIService(context.Background(), cfg, livev1alpha1.GroupVersion, *system, *livePort); err != nil {
+			return fmt.Errorf("registering the live API: %w", err)
+		}
+	} else {
+		env = &envtest.Environment{CRDDirectoryPaths: []string{*crds}, ErrorIfCRDPathMissing: true}
+		var err error
+		if cfg, err = env.Start(); err != nil {
+			return fmt.Errorf("starting the control plane: %w", err)
+		}
+		defer func() { _ = env.Stop() }()
 	}
-	defer func() { _ = env.Stop() }()
 
 	user, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, cfg)
 	if err != nil {

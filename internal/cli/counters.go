@@ -31,12 +31,15 @@ func newCountersCommand(o *options) *cobra.Command {
 	var (
 		f     leasestore.CounterFilter
 		level string
+		force bool
 		out   outputFlag
 	)
 	c := &cobra.Command{
 		Use:   "counters",
 		Short: "List the counters with the holders that book them, and drift",
-		Long: `List the counters of the funnel, read directly from MongoDB, including the global level.
+		Long: `List the counters of the funnel from the live API: the tenant, project and user levels
+appear in their tenant's namespaces, the global level in the system namespace only (-n
+NAMESPACE, default every namespace you may list). --force reads MongoDB directly.
 
 COUNT is the counter as the funnel sees it; BOOKED is the number of holders whose levels
 contain the counter, the value reconcile corrects COUNT to. A difference (DRIFT, COUNT - BOOKED)
@@ -44,7 +47,7 @@ is not a display error: it is left by a crash between an increment and its holde
 between a holder's deletion and its decrement. Positive drift blocks slots nobody holds; negative drift lets the
 cap be exceeded. The sweep's reconcile repairs counters unchanged for the safety margin
 (default 60s); kubectl lease reconcile does it now. UPDATED is the time since the counter last
-changed, on MongoDB's clock.
+changed.
 
 --tenant shows the tenant's tenant, project and user counters; the global level belongs to no
 tenant and is left out.`,
@@ -65,14 +68,14 @@ tenant and is left out.`,
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			s, err := o.openStore()
+			r, err := o.reader(force)
 			if err != nil {
 				return err
 			}
-			defer s.close()
-			counters, err := s.ListCounters(ctx, f)
+			defer r.close()
+			counters, err := r.counters(ctx, f)
 			if err != nil {
-				return s.wrap("listing counters", err)
+				return err
 			}
 			if out.json() {
 				views := make([]counterJSON, 0, len(counters))
@@ -86,12 +89,12 @@ tenant and is left out.`,
 			}
 			if len(counters) == 0 {
 				p := newPrinter(o.streams.ErrOut)
-				p.printf("No counters found in database %s.\n", s.db)
+				p.printf("No counters found in %s.\n", r.where())
 				return p.done()
 			}
-			now, err := s.ServerTime(ctx)
+			now, err := r.now(ctx)
 			if err != nil {
-				return s.wrap("reading the server time", err)
+				return err
 			}
 			if err := renderCounters(o.streams.Out, now, counters); err != nil {
 				return err
@@ -108,6 +111,7 @@ tenant and is left out.`,
 	c.Flags().StringVar(&f.Resource, "resource", "", "only counters of this resource")
 	c.Flags().StringVar(&f.Tenant, "tenant", "", "only the tenant, project and user counters of this tenant")
 	c.Flags().StringVar(&level, "level", "", "only this level: user, project, tenant or global")
+	c.Flags().BoolVar(&force, "force", false, "read MongoDB directly (--mongodb-uri), without the live API")
 	_ = c.RegisterFlagCompletionFunc("level", // fails only for an unknown flag, bound just above
 		cobra.FixedCompletions([]string{"user", "project", "tenant", "global"}, cobra.ShellCompDirectiveNoFileComp))
 	out.bind(c)

@@ -70,7 +70,7 @@ func TestCountersShowDrift(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := mustRun(t, nil, args(s, append([]string{"counters"}, tc.flags...)...)...)
+			r := mustRun(t, operatorEnv(), args(s, append([]string{"counters"}, tc.flags...)...)...)
 			rows := tableRows(r.stdout)
 			if diff := cmp.Diff([]string{"RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "UPDATED"}, rows[0]); diff != "" {
 				t.Fatalf("header (-want +got):\n%s", diff)
@@ -97,7 +97,7 @@ func TestCountersShowDrift(t *testing.T) {
 	}
 
 	t.Run("json", func(t *testing.T) {
-		r := mustRun(t, nil, args(s, "counters", "--resource", "r", "--level", "user", "-o", "json")...)
+		r := mustRun(t, operatorEnv(), args(s, "counters", "--resource", "r", "--level", "user", "-o", "json")...)
 		type counterJSON struct {
 			Key, Resource, Level, Scope string
 			Count, Booked, Drift        int
@@ -117,17 +117,17 @@ func TestCountersShowDrift(t *testing.T) {
 	})
 
 	t.Run("bad level", func(t *testing.T) {
-		mustFail(t, nil, args(s, "counters", "--level", "pod"), `--level "pod": want user, project, tenant or global`)
+		mustFail(t, operatorEnv(), args(s, "counters", "--level", "pod"), `--level "pod": want user, project, tenant or global`)
 	})
 }
 
 func TestReconcileDirect(t *testing.T) {
 	s, _ := driftSetup(t)
-	// Even with a manager configured in the environment, --manager-url= reconciles directly.
-	env := map[string]string{"LEASE_MANAGER_URL": "http://127.0.0.1:1"}
+	// --force reconciles directly, whatever kubeconfig the environment has.
+	env := map[string]string{"KUBECONFIG": operatorFile}
 
 	// Within the safety margin nothing is touched.
-	r := mustRun(t, env, args(s, "reconcile", "--manager-url=")...)
+	r := mustRun(t, env, args(s, "reconcile", "--force")...)
 	for _, want := range []string{
 		"Reconciled the counters directly in MongoDB (database " + s.db + "; no manager, no handler involved; safety margin 1m0s)",
 		"0 corrected, 0 recreated, 0 deleted (no holder books them), 4 skipped",
@@ -141,7 +141,7 @@ func TestReconcileDirect(t *testing.T) {
 	// After the margin, a first pass notes the excess and a second one, --reconcile-confirm
 	// later, lowers the counters.
 	time.Sleep(300 * time.Millisecond)
-	r = mustRun(t, env, args(s, "reconcile", "--manager-url=", "--reconcile-safety", "200ms", "--reconcile-confirm", "300ms", "-o", "json")...)
+	r = mustRun(t, env, args(s, "reconcile", "--force", "--reconcile-safety", "200ms", "--reconcile-confirm", "300ms", "-o", "json")...)
 	type reconcileJSON struct {
 		Corrected, Deleted, Created, Skipped int
 		Via                                  string
@@ -155,7 +155,7 @@ func TestReconcileDirect(t *testing.T) {
 		}
 	}
 
-	r = mustRun(t, nil, args(s, "counters")...)
+	r = mustRun(t, operatorEnv(), args(s, "counters")...)
 	if strings.Contains(r.stdout, "+") || r.stderr != "" {
 		t.Errorf("drift left after reconcile:\n%s%s", r.stdout, r.stderr)
 	}

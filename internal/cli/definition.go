@@ -14,8 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
@@ -281,41 +279,15 @@ func layerKinds(scope definition.LayerKey) []definition.Kind {
 	return kinds
 }
 
-// kubeFlags are the flags that locate the cluster.
+// kubeFlags are the flags that locate the cluster (global flags of the plugin).
 type kubeFlags struct {
 	kubeconfig string
 	context    string
 }
 
-func (k *kubeFlags) bind(c *cobra.Command) {
-	c.Flags().StringVar(&k.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
-	c.Flags().StringVar(&k.context, "context", "", "kubeconfig context to use")
-}
-
-// restConfig loads the kubeconfig as kubectl does and returns the REST config and the
-// context's namespace ("default" when the context names none).
-func (k *kubeFlags) restConfig() (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if k.kubeconfig != "" {
-		rules.ExplicitPath = k.kubeconfig
-	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.context}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("reading the namespace of the kubeconfig context: %w", err)
-	}
-	cfg.UserAgent = "kubectl-lease"
-	return cfg, ns, nil
-}
-
-// client returns a direct (uncached) client for LeaseDefinitions.
-func (k *kubeFlags) client() (client.Client, string, error) {
-	cfg, _, err := k.restConfig()
+// kubeClient returns a direct (uncached) client for LeaseDefinitions.
+func (o *options) kubeClient() (client.Client, string, error) {
+	cfg, err := o.restConfig()
 	if err != nil {
 		return nil, "", err
 	}
@@ -335,7 +307,6 @@ func newDefinitionCommand(o *options) *cobra.Command {
 		tenant, project string
 		namespace       string
 		defaultsDir     string
-		kube            kubeFlags
 		out             outputFlag
 	)
 	c := &cobra.Command{
@@ -376,7 +347,7 @@ built-in layer here is the compiled-in one only. If the manager watches only som
 			if err := warn.done(); err != nil {
 				return err
 			}
-			kc, host, err := kube.client()
+			kc, host, err := o.kubeClient()
 			if err != nil {
 				return err
 			}
@@ -396,7 +367,6 @@ built-in layer here is the compiled-in one only. If the manager watches only som
 	c.Flags().StringVar(&project, "project", definition.TenantProject, "project of the acquisition (_tenant: the tenant-wide scope)")
 	c.Flags().StringVar(&namespace, "definitions-namespace", "", "read LeaseDefinitions only from this namespace (default: all, as the manager does)")
 	c.Flags().StringVar(&defaultsDir, "defaults-dir", "", "directory of extra built-in definitions <name>.yaml, as the manager's --defaults-dir")
-	kube.bind(c)
 	out.bind(c)
 	return c
 }

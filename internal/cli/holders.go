@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -30,16 +29,19 @@ func toHolderJSON(h lease.Holder) holderJSON {
 
 func newListCommand(o *options) *cobra.Command {
 	var (
-		f   leasestore.HolderFilter
-		out outputFlag
+		f     leasestore.HolderFilter
+		force bool
+		out   outputFlag
 	)
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "List lease holders of all tenants (from MongoDB)",
-		Long: `List the lease holders, oldest first, read directly from MongoDB.
+		Short: "List lease holders of the namespaces you may see",
+		Long: `List the lease holders, oldest first, from the live API: those of -n NAMESPACE, or of every
+namespace RBAC lets you list (a holder appears in its tenant's namespaces). --force reads
+MongoDB directly instead.
 
-AGE is the time since the acquisition, IDLE the time since the last check (or payload update),
-both on MongoDB's clock; a holder idle longer than its TTL is reaped by the next sweep.`,
+AGE is the time since the acquisition, IDLE the time since the last check (or payload update);
+a holder idle longer than its TTL is reaped by the next sweep.`,
 		Example: `  kubectl lease list
   kubectl lease list --tenant acme --resource tex2pdf
   kubectl lease list --pod apps/brain-7d9f-x2 -o json`,
@@ -55,14 +57,14 @@ both on MongoDB's clock; a holder idle longer than its TTL is reaped by the next
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			s, err := o.openStore()
+			r, err := o.reader(force)
 			if err != nil {
 				return err
 			}
-			defer s.close()
-			holders, err := s.ListHolders(ctx, f)
+			defer r.close()
+			holders, err := r.holders(ctx, f)
 			if err != nil {
-				return s.wrap("listing holders", err)
+				return err
 			}
 			if out.json() {
 				views := make([]holderJSON, 0, len(holders))
@@ -73,12 +75,12 @@ both on MongoDB's clock; a holder idle longer than its TTL is reaped by the next
 			}
 			if len(holders) == 0 {
 				p := newPrinter(o.streams.ErrOut)
-				p.printf("No lease holders found in database %s%s.\n", s.db, describeHolderFilter(f))
+				p.printf("No lease holders found in %s%s.\n", r.where(), describeHolderFilter(f))
 				return p.done()
 			}
-			now, err := s.ServerTime(ctx)
+			now, err := r.now(ctx)
 			if err != nil {
-				return s.wrap("reading the server time", err)
+				return err
 			}
 			return renderHolders(o.streams.Out, now, holders)
 		},
@@ -87,6 +89,7 @@ both on MongoDB's clock; a holder idle longer than its TTL is reaped by the next
 	c.Flags().StringVar(&f.Resource, "resource", "", "only holders of this resource (counter key)")
 	c.Flags().StringVar(&f.Type, "type", "", "only holders of this handler type (tex, mcp, notify, ...)")
 	c.Flags().StringVar(&f.Pod, "pod", "", "only holders of this pod, NAMESPACE/NAME (any UID)")
+	c.Flags().BoolVar(&force, "force", false, "read MongoDB directly (--mongodb-uri), without the live API")
 	out.bind(c)
 	return c
 }
@@ -127,7 +130,10 @@ func stateOf(now time.Time, h lease.Holder) string {
 }
 
 func newShowCommand(o *options) *cobra.Command {
-	var out outputFlag
+	var (
+		force bool
+		out   outputFlag
+	)
 	c := &cobra.Command{
 		Use:   "show TOKEN",
 		Short: "Show every field of one lease holder, with the counters it books",
@@ -144,32 +150,30 @@ func newShowCommand(o *options) *cobra.Command {
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			s, err := o.openStore()
+			r, err := o.reader(force)
 			if err != nil {
 				return err
 			}
-			defer s.close()
-			h, err := s.GetHolder(ctx, token)
-			if errors.Is(err, lease.ErrLost) {
-				return fmt.Errorf("no holder with token %s in database %s (released, reaped or revoked?)", token, s.db)
-			}
+			defer r.close()
+			h, err := r.holder(ctx, token)
 			if err != nil {
-				return s.wrap("reading holder "+token, err)
+				return err
 			}
 			if out.json() {
 				return writeJSON(o.streams.Out, toHolderJSON(h))
 			}
-			now, err := s.ServerTime(ctx)
+			now, err := r.now(ctx)
 			if err != nil {
-				return s.wrap("reading the server time", err)
+				return err
 			}
-			counters, err := s.ListCounters(ctx, leasestore.CounterFilter{Resource: h.Resource})
+			counters, err := r.counters(ctx, leasestore.CounterFilter{Resource: h.Resource})
 			if err != nil {
-				return s.wrap("reading the counters of "+h.Resource, err)
+				return err
 			}
 			return renderHolder(o.streams.Out, now, h, counters)
 		},
 	}
+	c.Flags().BoolVar(&force, "force", false, "read MongoDB directly (--mongodb-uri), without the live API")
 	out.bind(c)
 	return c
 }

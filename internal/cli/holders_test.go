@@ -48,7 +48,7 @@ func TestListFilters(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := mustRun(t, nil, args(sd.s, append([]string{"list"}, tc.flags...)...)...)
+			r := mustRun(t, operatorEnv(), args(sd.s, append([]string{"list"}, tc.flags...)...)...)
 			got := columns(t, r.stdout, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "TTL")
 			if diff := cmp.Diff(tc.want, got, cmpopts.SortSlices(func(a, b []string) bool { return a[0] < b[0] })); diff != "" {
 				t.Errorf("list %v (-want +got):\n%s", tc.flags, diff)
@@ -60,19 +60,19 @@ func TestListFilters(t *testing.T) {
 	}
 
 	t.Run("nothing matches", func(t *testing.T) {
-		r := mustRun(t, nil, args(sd.s, "list", "--tenant", "initech")...)
+		r := mustRun(t, operatorEnv(), args(sd.s, "list", "--tenant", "initech")...)
 		if r.stdout != "" {
 			t.Errorf("stdout %q, want none", r.stdout)
 		}
-		if want := "No lease holders found in database " + sd.s.db + " for tenant initech."; !strings.Contains(r.stderr, want) {
+		if want := "No lease holders found in the namespaces you may list for tenant initech."; !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr %q, want %q", r.stderr, want)
 		}
 	})
 	t.Run("bad pod", func(t *testing.T) {
-		mustFail(t, nil, args(sd.s, "list", "--pod", "pod-a"), `--pod: "pod-a" is not NAMESPACE/NAME`)
+		mustFail(t, operatorEnv(), args(sd.s, "list", "--pod", "pod-a"), `--pod: "pod-a" is not NAMESPACE/NAME`)
 	})
 	t.Run("bad output", func(t *testing.T) {
-		mustFail(t, nil, args(sd.s, "list", "-o", "yaml"), `--output "yaml": want table or json`)
+		mustFail(t, operatorEnv(), args(sd.s, "list", "-o", "yaml"), `--output "yaml": want table or json`)
 	})
 }
 
@@ -112,7 +112,7 @@ var ignoreTimes = cmpopts.IgnoreFields(holderJSON{}, "AcquiredAt", "LastSeenAt")
 
 func TestListJSON(t *testing.T) {
 	sd := seed(t)
-	r := mustRun(t, nil, args(sd.s, "list", "--type", "mcp", "-o", "json")...)
+	r := mustRun(t, operatorEnv(), args(sd.s, "list", "--type", "mcp", "-o", "json")...)
 	got := decodeStrict[[]holderJSON](t, r.stdout)
 	want := []holderJSON{{
 		Token: sd.browser.Token, State: "HELD", Lease: "browser", Resource: "browser", Type: "mcp",
@@ -127,7 +127,7 @@ func TestListJSON(t *testing.T) {
 		t.Errorf("holder without its server times: %+v", got[0])
 	}
 
-	r = mustRun(t, nil, args(sd.s, "list", "--tenant", "initech", "-o", "json")...)
+	r = mustRun(t, operatorEnv(), args(sd.s, "list", "--tenant", "initech", "-o", "json")...)
 	if strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("empty list as JSON = %q, want []", r.stdout)
 	}
@@ -138,7 +138,7 @@ func TestShow(t *testing.T) {
 	h := sd.ann
 
 	t.Run("table", func(t *testing.T) {
-		r := mustRun(t, nil, args(sd.s, "show", h.Token)...)
+		r := mustRun(t, operatorEnv(), args(sd.s, "show", h.Token)...)
 		for _, want := range []string{
 			"Token:       " + h.Token + "\n",
 			"State:       HELD\n",
@@ -173,7 +173,7 @@ func TestShow(t *testing.T) {
 	})
 
 	t.Run("json", func(t *testing.T) {
-		r := mustRun(t, nil, args(sd.s, "show", h.Token, "-o", "json")...)
+		r := mustRun(t, operatorEnv(), args(sd.s, "show", h.Token, "-o", "json")...)
 		got := decodeStrict[holderJSON](t, r.stdout)
 		want := holderJSON{
 			Token: h.Token, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
@@ -190,12 +190,12 @@ func TestShow(t *testing.T) {
 		if _, err := sd.s.Release(ctxT(t), sd.globex.Token); err != nil {
 			t.Fatal(err)
 		}
-		mustFail(t, nil, args(sd.s, "show", sd.globex.Token), "no holder with token "+sd.globex.Token, "released, reaped or revoked")
+		mustFail(t, operatorEnv(), args(sd.s, "show", sd.globex.Token), "no holder with token "+sd.globex.Token, "released, reaped or revoked")
 	})
 	t.Run("not a token", func(t *testing.T) {
-		mustFail(t, nil, args(sd.s, "show", "XYZ"), `"XYZ" is not a lease token`)
+		mustFail(t, operatorEnv(), args(sd.s, "show", "XYZ"), `"XYZ" is not a lease token`)
 	})
 	t.Run("no token", func(t *testing.T) {
-		mustFail(t, nil, args(sd.s, "show"), "accepts 1 arg(s), received 0", "See 'kubectl lease show --help'")
+		mustFail(t, operatorEnv(), args(sd.s, "show"), "accepts 1 arg(s), received 0", "See 'kubectl lease show --help'")
 	})
 }

@@ -3,7 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"net/http/httptest"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -12,22 +12,130 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/cli"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/testutil/livetest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
-const secret = "s3cret-admin-token"
+// The suite's live API runs over whichever store, listener and sweeper the current test
+// set with newManager (tests of this package do not run in parallel).
+var (
+	live         *livetest.Env
+	liveStore    = &switchStore{}
+	liveListener = &switchListener{}
+	liveSweeper  = &switchSweeper{}
+	// operatorFile is the kubeconfig of a user bound to the live-operator ClusterRole;
+	// aliceFile of one bound to the viewer and revoker roles in namespace acme only.
+	operatorFile, aliceFile string
+)
+
+const systemNS = "lease-system"
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code, err := runSuite(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	mongotest.Stop()
 	os.Exit(code)
+}
+
+func runSuite(m *testing.M) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	live, err = livetest.Start(ctx, liveapi.Deps{
+		Store:    liveStore,
+		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{"acme": "acme", "globex": "globex"}},
+		Listener: liveListener,
+		Sweeper:  liveSweeper,
+		Metrics:  metrics.New(prometheus.NewRegistry()),
+	}, "acme", "globex")
+	if err != nil {
+		return 1, err
+	}
+	defer func() { _ = live.Stop() }()
+	if err := live.BindCluster(ctx, "operator", livetest.RoleOperator); err != nil {
+		return 1, err
+	}
+	if err := live.Bind(ctx, "alice", "acme", livetest.RoleViewer, livetest.RoleRevoker); err != nil {
+		return 1, err
+	}
+	if _, operatorFile, err = live.User("operator"); err != nil {
+		return 1, err
+	}
+	if _, aliceFile, err = live.User("alice"); err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+type switchStore struct {
+	mu sync.Mutex
+	liveapi.Store
+}
+
+func (s *switchStore) set(st liveapi.Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Store = st
+}
+
+func (s *switchStore) get() liveapi.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Store
+}
+
+func (s *switchStore) GetHolder(ctx context.Context, token string) (lease.Holder, error) {
+	return s.get().GetHolder(ctx, token)
+}
+func (s *switchStore) ListHoldersPage(ctx context.Context, f leasestore.HolderFilter, after string, limit int) ([]lease.Holder, string, error) {
+	return s.get().ListHoldersPage(ctx, f, after, limit)
+}
+func (s *switchStore) ListCounters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error) {
+	return s.get().ListCounters(ctx, f)
+}
+func (s *switchStore) Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error) {
+	return s.get().Revoke(ctx, token, tenant)
+}
+func (s *switchStore) RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error) {
+	return s.get().RevokePod(ctx, namespace, name)
+}
+func (s *switchStore) Reconcile(ctx context.Context) (leasestore.ReconcileResult, error) {
+	return s.get().Reconcile(ctx)
+}
+
+type switchListener struct {
+	mu sync.Mutex
+	l  *recordingListener
+}
+
+func (s *switchListener) Revoked(ctx context.Context, reason string, holders []lease.Holder) {
+	s.mu.Lock()
+	l := s.l
+	s.mu.Unlock()
+	l.Revoked(ctx, reason, holders)
+}
+
+type switchSweeper struct {
+	mu sync.Mutex
+	s  *fakeSweeper
+}
+
+func (s *switchSweeper) Sweep(ctx context.Context) (sweeper.Result, error) {
+	s.mu.Lock()
+	f := s.s
+	s.mu.Unlock()
+	return f.Sweep(ctx)
 }
 
 // testStore is a store on a fresh database (dropped on cleanup) with the flags that point the
@@ -48,7 +156,10 @@ func newStore(t testing.TB, opts ...leasestore.Option) testStore {
 		t.Fatalf("test MongoDB: %v", err)
 	}
 	db := mongotest.DatabaseName(t)
-	return testStore{Store: connect(t, uri, db, opts...), uri: uri, db: db}
+	ts := testStore{Store: connect(t, uri, db, opts...), uri: uri, db: db}
+	// The suite's live API reads this test's store.
+	newManager(t, ts.Store)
+	return ts
 }
 
 // connect opens another client on the same database (e.g. one with a fault hook).
@@ -259,26 +370,30 @@ func (f *fakeSweeper) count() int {
 	return f.rounds
 }
 
-// manager is the real operator API over a store, with a recording listener and a fake
-// sweeper, behind an httptest server.
+// manager is the live API over a store, with a recording listener and a fake sweeper,
+// reached through the test control plane.
 type manager struct {
-	url      string
 	listener *recordingListener
 	sweeper  *fakeSweeper
 }
 
-func newManager(t testing.TB, s *leasestore.Store, adminSecret string) *manager {
+// newManager points the suite's live API at s for this test.
+func newManager(t testing.TB, s *leasestore.Store) *manager {
 	t.Helper()
 	m := &manager{listener: &recordingListener{}, sweeper: &fakeSweeper{}}
-	h := adminapi.NewHandler(s, m.listener, m.sweeper, adminSecret,
-		adminapi.WithMetrics(metrics.New(prometheus.NewRegistry())))
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	m.url = srv.URL
+	liveStore.set(s)
+	liveListener.mu.Lock()
+	liveListener.l = m.listener
+	liveListener.mu.Unlock()
+	liveSweeper.mu.Lock()
+	liveSweeper.s = m.sweeper
+	liveSweeper.mu.Unlock()
 	return m
 }
 
-// env returns the environment that points the plugin at the manager with secret.
-func (m *manager) env(adminSecret string) map[string]string {
-	return map[string]string{"LEASE_MANAGER_URL": m.url, "LEASE_ADMIN_SECRET": adminSecret}
+// env returns the environment of a cluster operator: a kubeconfig, nothing else.
+func (m *manager) env() map[string]string { return operatorEnv() }
+
+func operatorEnv() map[string]string {
+	return map[string]string{"KUBECONFIG": operatorFile, "LEASE_SYSTEM_NAMESPACE": systemNS}
 }

@@ -2,13 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
@@ -20,38 +21,36 @@ func newSweepCommand(o *options) *cobra.Command {
 		Short: "Run a reaper round now on the manager (idle reap, pod-dead reap, reconcile), with handlers",
 		Long: `Run one reaper round now on the manager: reap idle holders, reap the holders of dead pods,
 reconcile the counters. Reaped holders go to their handlers as in every scheduled sweep. This
-needs the manager: only it knows which pods are alive and runs the handlers.`,
+needs the manager: only it knows which pods are alive and runs the handlers (RBAC: create sweeps
+in the system namespace).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			ac, err := o.adminClient()
+			lc, err := o.live()
 			if err != nil {
-				return fmt.Errorf("sweep needs the manager (pod liveness, handlers): %w", err)
+				return err
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
-			var res adminapi.SweepView
-			err = ac.post(ctx, adminapi.PathSweep, nil, &res)
-			var merr *managerError
-			if err != nil && (!errors.As(err, &merr) || !merr.Partial) {
+			var sw livev1alpha1.Sweep
+			req := &livev1alpha1.Sweep{
+				TypeMeta:   metav1.TypeMeta{APIVersion: livev1alpha1.GroupVersion.String(), Kind: "Sweep"},
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "kubectl-lease-"},
+			}
+			if err := lc.create(ctx, livev1alpha1.ResourceSweeps, req, &sw); err != nil {
 				return err
 			}
+			res := adminapi.SweepView{Idle: int(sw.Result.Idle), Pod: int(sw.Result.Pod), Reconcile: reconcileViewOf(sw.Result.Reconcile)}
 			if out.json() {
-				if werr := writeJSON(o.streams.Out, res); werr != nil {
-					return werr
-				}
-				return err
+				return writeJSON(o.streams.Out, res)
 			}
 			p := newPrinter(o.streams.Out)
-			p.printf("Sweep on the manager %s: reaped %s idle and %s of dead pods; their handlers are dispatched.\n",
-				ac.base, plural(res.Idle, "holder", "holders"), plural(res.Pod, "holder", "holders"))
+			p.printf("Sweep on the manager (through %s): reaped %s idle and %s of dead pods; their handlers are dispatched.\n",
+				lc.host, plural(res.Idle, "holder", "holders"), plural(res.Pod, "holder", "holders"))
 			printReconcile(p, "  reconcile:", res.Reconcile)
-			if werr := p.done(); werr != nil {
-				return werr
-			}
-			return err
+			return p.done()
 		},
 	}
 	out.bind(c)
@@ -67,11 +66,12 @@ type reconcileJSON struct {
 func newReconcileCommand(o *options) *cobra.Command {
 	var (
 		safety, confirm time.Duration
+		force           bool
 		out             outputFlag
 	)
 	c := &cobra.Command{
 		Use:   "reconcile",
-		Short: "Correct counter drift now (directly in MongoDB; no manager or handler needed)",
+		Short: "Correct counter drift now (on the manager; --force directly in MongoDB)",
 		Long: `Recompute every counter from the holders that book it and correct the drift left by crash
 windows; counters that no holder books are deleted. Only counters unchanged for the safety margin
 are touched, each by a compare-and-set, so concurrent acquisitions and releases win.
@@ -81,9 +81,9 @@ apart, see the same excess: a release deletes its holder before it decrements, a
 between the two would return the slot twice. The direct run therefore takes a second pass when
 the first one found such counters.
 
-By default this runs directly in MongoDB: it needs no manager and runs no handler. With a manager
-URL (--manager-url or $LEASE_MANAGER_URL) it runs on the manager instead, with the manager's own
-safety margin; --manager-url= (empty) forces the direct run.`,
+By default this runs on the manager through the live API, with the manager's own safety margin
+(RBAC: create reconciles in the system namespace). --force runs it directly in MongoDB
+(--mongodb-uri) with the margins below; it needs no manager and runs no handler.`,
 		Example: `  kubectl lease reconcile
   kubectl lease reconcile --reconcile-safety 2m -o json`,
 		Args: cobra.NoArgs,
@@ -97,31 +97,32 @@ safety margin; --manager-url= (empty) forces the direct run.`,
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
 
-			if o.manager() != "" {
+			if !force {
 				if cmd.Flags().Changed("reconcile-safety") || cmd.Flags().Changed("reconcile-confirm") {
 					warn := newPrinter(o.streams.ErrOut)
-					warn.println("Warning: --reconcile-safety and --reconcile-confirm apply to the direct reconcile; the manager uses its own settings.")
+					warn.println("Warning: --reconcile-safety and --reconcile-confirm apply to the direct reconcile (--force); the manager uses its own settings.")
 					if err := warn.done(); err != nil {
 						return err
 					}
 				}
-				ac, err := o.adminClient()
+				lc, err := o.live()
 				if err != nil {
-					return fmt.Errorf("reconcile: %w (or --manager-url= to reconcile directly in MongoDB)", err)
-				}
-				var res adminapi.ReconcileView
-				if err := ac.post(ctx, adminapi.PathReconcile, nil, &res); err != nil {
-					var merr *managerError
-					if !errors.As(err, &merr) {
-						err = fmt.Errorf("%w; --manager-url= reconciles directly in MongoDB without the manager", err)
-					}
 					return err
 				}
+				var rec livev1alpha1.Reconcile
+				req := &livev1alpha1.Reconcile{
+					TypeMeta:   metav1.TypeMeta{APIVersion: livev1alpha1.GroupVersion.String(), Kind: "Reconcile"},
+					ObjectMeta: metav1.ObjectMeta{GenerateName: "kubectl-lease-"},
+				}
+				if err := lc.create(ctx, livev1alpha1.ResourceReconciles, req, &rec); err != nil {
+					return err
+				}
+				res := reconcileViewOf(rec.Result)
 				if out.json() {
 					return writeJSON(o.streams.Out, reconcileJSON{ReconcileView: res, Via: viaManager})
 				}
 				p := newPrinter(o.streams.Out)
-				p.printf("Reconciled the counters through the manager %s:\n", ac.base)
+				p.printf("Reconciled the counters on the manager (through %s):\n", lc.host)
 				printReconcile(p, " ", res)
 				return p.done()
 			}
@@ -151,6 +152,7 @@ safety margin; --manager-url= (empty) forces the direct run.`,
 			return p.done()
 		},
 	}
+	c.Flags().BoolVar(&force, "force", false, "reconcile directly in MongoDB (--mongodb-uri), without the manager")
 	c.Flags().DurationVar(&safety, "reconcile-safety", leasestore.DefaultSafetyMargin,
 		"touch only counters unchanged this long (direct reconcile; the manager's default is the same)")
 	c.Flags().DurationVar(&confirm, "reconcile-confirm", 2*leasestore.DefaultOpTimeout,
@@ -231,4 +233,8 @@ func printReconcile(p *printer, prefix string, r adminapi.ReconcileView) {
 		p.printf("%s %s: changed within the safety margin or while being read, or a lowering awaiting confirmation; run again later\n",
 			prefix, plural(r.Skipped, "counter to correct or delete was left alone", "counters to correct or delete were left alone"))
 	}
+}
+
+func reconcileViewOf(r livev1alpha1.ReconcileResult) adminapi.ReconcileView {
+	return adminapi.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Created: int(r.Created), Skipped: int(r.Skipped)}
 }

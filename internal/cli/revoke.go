@@ -6,7 +6,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/adminapi"
 )
 
@@ -58,8 +60,8 @@ With --tenant only a holder of that tenant is revoked (the binding is in the del
 --force revokes directly in MongoDB, for when no manager is reachable. Then no handler runs: the
 slot is free, the holder fails at its next check, and a resource in a foreign system (a remote
 MCP session of a dead pod) is left to its own expiry.`,
-		Example: `  export LEASE_MANAGER_URL=http://127.0.0.1:8082 LEASE_ADMIN_SECRET=...
-  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 --tenant acme
+		Example: `  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8
+  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 -n acme
   kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 --force`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -101,21 +103,23 @@ MCP session of a dead pod) is left to its own expiry.`,
 				return nil
 			}
 
-			ac, err := o.adminClient()
+			lc, err := o.live()
 			if err != nil {
-				return fmt.Errorf("revoke: %w; or --force to revoke directly in MongoDB without a handler", err)
+				return err
 			}
-			var res adminapi.RevokeResult
-			err = ac.post(ctx, adminapi.PathRevoke, map[string]string{"token": token, "tenant": tenant}, &res)
-			var merr *managerError
-			if err != nil && (!errors.As(err, &merr) || !merr.Partial) {
-				return withForceHint(err)
+			found, err := lc.findHolder(ctx, token, tenant)
+			if err != nil {
+				return err
 			}
-			if werr := o.printRevoked(out, revokeJSON{RevokeResult: res, Via: viaManager, Handlers: managerHandlerNote},
-				"through the manager "+ac.base, err != nil); werr != nil {
-				return werr
+			gone, err := lc.revoke(ctx, found)
+			if err != nil {
+				return err
 			}
-			return err
+			res := revokeJSON{
+				RevokeResult: adminapi.RevokeResult{Revoked: true, Holder: toHolderJSON(holderOf(gone)).HolderView},
+				Via:          viaManager, Handlers: managerHandlerNote,
+			}
+			return o.printRevoked(out, res, "through the live API (namespace "+found.Namespace+")", false)
 		},
 	}
 	c.Flags().StringVar(&tenant, "tenant", "", "revoke only if the holder belongs to this tenant")
@@ -130,15 +134,6 @@ func notFound(token, tenant string) error {
 		msg += " in tenant " + tenant
 	}
 	return errors.New(msg + " (released, reaped or revoked already?)")
-}
-
-// withForceHint adds the --force hint to an unreachable manager.
-func withForceHint(err error) error {
-	var merr *managerError
-	if errors.As(err, &merr) {
-		return err
-	}
-	return fmt.Errorf("%w; if no manager is reachable, --force revokes directly in MongoDB (no handler runs)", err)
 }
 
 func (o *options) printRevoked(out outputFlag, res revokeJSON, how string, failed bool) error {
@@ -231,21 +226,27 @@ operator's decision, and the manager runs each holder's handler through its disp
 				return nil
 			}
 
-			ac, err := o.adminClient()
+			lc, err := o.live()
 			if err != nil {
-				return fmt.Errorf("revoke-pod: %w; or --force to revoke directly in MongoDB without handlers", err)
+				return err
 			}
-			var res adminapi.RevokePodResult
-			err = ac.post(ctx, adminapi.PathRevokePod, map[string]string{"namespace": ns, "name": name}, &res)
-			var merr *managerError
-			if err != nil && (!errors.As(err, &merr) || !merr.Partial) {
-				return withForceHint(err)
+			var res livev1alpha1.PodRevocation
+			req := &livev1alpha1.PodRevocation{
+				TypeMeta:     metav1.TypeMeta{APIVersion: livev1alpha1.GroupVersion.String(), Kind: "PodRevocation"},
+				ObjectMeta:   metav1.ObjectMeta{GenerateName: "kubectl-lease-"},
+				PodNamespace: ns, PodName: name,
 			}
-			if werr := o.printRevokedPod(out, args[0], revokePodJSON{RevokePodResult: res, Via: viaManager, Handlers: managerHandlerNote},
-				"through the manager "+ac.base); werr != nil {
-				return werr
+			if err := lc.create(ctx, livev1alpha1.ResourcePodRevocations, req, &res); err != nil {
+				return err
 			}
-			return err
+			views := make([]adminapi.HolderView, 0, len(res.Holders))
+			for _, h := range res.Holders {
+				views = append(views, toHolderJSON(holderOf(h)).HolderView)
+			}
+			return o.printRevokedPod(out, args[0], revokePodJSON{
+				RevokePodResult: adminapi.RevokePodResult{Revoked: len(views), Holders: views},
+				Via:             viaManager, Handlers: managerHandlerNote,
+			}, "through the live API")
 		},
 	}
 	c.Flags().BoolVar(&force, "force", false, "revoke directly in MongoDB, without the manager: no handler runs")

@@ -1,11 +1,11 @@
-// Package cli is the kubectl plugin `kubectl lease` (specification §9, the operational view
-// for cluster operators): it reads holders and counters directly from MongoDB, shows the
-// merged definition of a lease as an acquisition would see it, and revokes through the
-// manager's operator API, because only the manager has the handlers and the pod routing.
+// Package cli is the kubectl plugin `kubectl lease` (specification §9, the operational view):
+// it reads and acts through the live API (live.lease.vancetope.io, docs/live-api.md) with
+// the kubeconfig's credentials alone, so RBAC decides which tenants' leases a user sees and
+// revokes, and the manager runs the revocation handlers. --force is the break-glass path
+// straight to MongoDB (--mongodb-uri), for when no manager answers: no handler runs then.
 //
 // Reads: list, show, counters (with BOOKED and the drift marker), definition. Acts: revoke,
-// revoke-pod and sweep through the manager (revoke and revoke-pod also --force, directly in
-// MongoDB, without any handler), reconcile directly in MongoDB or through the manager.
+// revoke-pod, sweep, reconcile.
 //
 // cmd/kubectl-lease only calls Run; everything else lives here so that tests run the
 // commands in-process with their own output streams.
@@ -31,8 +31,6 @@ import (
 const (
 	EnvMongoURI      = settings.EnvMongoURI
 	EnvMongoDatabase = settings.EnvMongoDatabase
-	EnvManagerURL    = settings.EnvManagerURL
-	EnvAdminSecret   = settings.EnvAdminSecret
 )
 
 // Defaults of the flags; the store defaults are the manager's.
@@ -67,15 +65,12 @@ type options struct {
 	streams IOStreams
 	getenv  func(string) string
 
-	mongoURI      string
-	mongoDatabase string
-	managerURL    string
-	adminSecret   string
-	timeout       time.Duration
-
-	// managerURLSet records an explicit --manager-url (also an empty one, which turns the
-	// manager off for reconcile even when LEASE_MANAGER_URL is set).
-	managerURLSet bool
+	kube            kubeFlags
+	namespace       string
+	systemNamespace string
+	mongoURI        string
+	mongoDatabase   string
+	timeout         time.Duration
 }
 
 // Run executes the plugin with args (without the program name) and returns the process's
@@ -113,16 +108,18 @@ func NewRootCommand(streams IOStreams, opts ...Option) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-lease",
 		Short: "Operate the lease system: holders, counters, definitions, revocation",
-		Long: `kubectl lease is the operator's view of the lease system across all tenants.
+		Long: `kubectl lease is the view of the lease system through the kubeconfig alone.
 
-Reads (list, show, counters) go directly to MongoDB (--mongodb-uri). The merged definition
-(definition) is read from the cluster's LeaseDefinitions (kubeconfig). Revocations and sweeps go
-through the manager's operator API (--manager-url, --admin-secret), because only the manager
-runs the revocation handlers and knows which pods are alive; revoke --force and revoke-pod --force
-act directly in MongoDB without any handler. reconcile needs no manager.
+Every command uses the cluster's live API (kubectl get leaseholders, leasecounters) with your
+own credentials: you see and revoke the leases of the namespaces RBAC grants you (-n NAMESPACE,
+default every namespace you may list). Revocations, sweeps and reconciles run on the manager,
+which runs the revocation handlers. The merged definition (definition) is read from the
+cluster's LeaseDefinitions.
 
-ui is the tenant's view: a local web page that reads and revokes through the cluster's live
-lease API with the kubeconfig's credentials, so RBAC decides what it shows.`,
+--force is the break-glass path for when no manager answers: it reads and writes MongoDB
+directly (--mongodb-uri), and no revocation handler runs.
+
+ui serves the same view of one namespace as a local web page, for tenant administrators.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl lease"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -144,13 +141,13 @@ lease API with the kubeconfig's credentials, so RBAC decides what it shows.`,
 		"MongoDB connection string of the lease store (default $"+EnvMongoURI+", else "+DefaultMongoURI+")")
 	pf.StringVar(&o.mongoDatabase, "mongodb-database", "",
 		"MongoDB database of the counters and holders (default $"+EnvMongoDatabase+", else "+DefaultMongoDatabase+")")
-	pf.StringVar(&o.managerURL, "manager-url", "",
-		"base URL of the manager's API, e.g. http://127.0.0.1:8082 (default $"+EnvManagerURL+")")
-	pf.StringVar(&o.adminSecret, "admin-secret", "",
-		"bearer secret of the manager's operator API (default $"+EnvAdminSecret+"; prefer the variable, a flag shows in the process list)")
+	pf.StringVar(&o.kube.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
+	pf.StringVar(&o.kube.context, "context", "", "kubeconfig context to use")
+	pf.StringVarP(&o.namespace, "namespace", "n", "", "only this namespace (default: every namespace RBAC lets you list)")
+	pf.StringVar(&o.systemNamespace, "system-namespace", "",
+		"the manager's namespace, where revoke-pod, sweep and reconcile run (default $"+EnvSystemNamespace+", else "+DefaultSystemNamespace+")")
 	pf.DurationVar(&o.timeout, "timeout", DefaultTimeout, "bound of the whole command")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		o.managerURLSet = cmd.Flags().Changed("manager-url")
 		if o.timeout <= 0 {
 			return &usageError{command: cmd.CommandPath(), err: fmt.Errorf("--timeout must be positive, not %s", o.timeout)}
 		}
@@ -213,22 +210,6 @@ func (o *options) storeDatabase() string {
 		return o.mongoDatabase
 	}
 	return o.env(EnvMongoDatabase, DefaultMongoDatabase)
-}
-
-// manager returns the configured manager URL: the flag when given (an empty flag means none),
-// otherwise $LEASE_MANAGER_URL.
-func (o *options) manager() string {
-	if o.managerURLSet {
-		return o.managerURL
-	}
-	return o.getenv(EnvManagerURL)
-}
-
-func (o *options) secret() string {
-	if o.adminSecret != "" {
-		return o.adminSecret
-	}
-	return o.getenv(EnvAdminSecret)
 }
 
 // openStore connects to the lease store. The connection is lazy: an unreachable server shows

@@ -17,11 +17,7 @@ import (
 const DefaultUIAddress = "127.0.0.1:8765"
 
 func newUICommand(o *options) *cobra.Command {
-	var (
-		kube      kubeFlags
-		namespace string
-		address   string
-	)
+	var address string
 	c := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the tenant's view of holders and counters on a local web page",
@@ -29,13 +25,14 @@ func newUICommand(o *options) *cobra.Command {
 counters of one namespace (a tenant's namespace), with drift and occupancy against the caps,
 and lets you revoke a holder.
 
-Unlike the other commands, the page neither reads MongoDB nor calls the manager's operator API:
-every read and every revocation is a call to the live lease API of the cluster
-(live.lease.vancetope.io, leaseholders and leasecounters) with the credentials of your
-kubeconfig, so your RoleBindings alone decide what you see and may revoke, exactly as with
-kubectl get/delete leaseholders.
+As for the other commands (without --force), every read and every revocation is a call to
+the live lease API of the cluster (live.lease.vancetope.io, leaseholders and leasecounters)
+with the credentials of your kubeconfig, so your RoleBindings alone decide what you see and may
+revoke, exactly as with kubectl get/delete leaseholders. The page never reads MongoDB.
 
-The page listens on a loopback address only, since it acts with your credentials; it prints the
+-n names the namespace (default: the kubeconfig context's namespace, "default" when it names
+none); --kubeconfig and --context choose the credentials. The page listens on a loopback
+address only, since it acts with your credentials; it prints the
 URL and opens nothing by itself. Stop it with Ctrl-C. See docs/tenant-view.md.`,
 		Example: `  kubectl lease ui
   kubectl lease ui --namespace acme --address 127.0.0.1:9000`,
@@ -45,12 +42,15 @@ URL and opens nothing by itself. Stop it with Ctrl-C. See docs/tenant-view.md.`,
 			if err != nil {
 				return err
 			}
-			cfg, ns, err := kube.restConfig()
+			cfg, err := o.restConfig()
 			if err != nil {
 				return err
 			}
-			if namespace != "" {
-				ns = namespace
+			ns := o.namespace
+			if ns == "" {
+				if ns, _, err = o.clientConfig().Namespace(); err != nil {
+					return fmt.Errorf("reading the namespace of the kubeconfig context: %w", err)
+				}
 			}
 			src, err := tenantview.NewKubeSource(cfg)
 			if err != nil {
@@ -67,8 +67,6 @@ URL and opens nothing by itself. Stop it with Ctrl-C. See docs/tenant-view.md.`,
 			return serveUI(cmd.Context(), o, ln, view.Handler(tenantview.HostsOf(ln.Addr())...), ns, cfg.Host)
 		},
 	}
-	kube.bind(c)
-	c.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace to show (default: the kubeconfig context's namespace)")
 	c.Flags().StringVar(&address, "address", DefaultUIAddress, "loopback host:port to listen on (port 0 picks a free one)")
 	return c
 }

@@ -260,7 +260,7 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 func holderFilter(f HolderFilter) bson.D {
 	filter := bson.D{}
 	for _, e := range []struct{ key, value string }{
-		{"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
+		{"_id", f.Token}, {"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
 	} {
 		if e.value != "" {
 			filter = append(filter, bson.E{Key: e.key, Value: e.value})

@@ -28,6 +28,8 @@ type AcquireRequest struct {
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.
 type HolderFilter struct {
+	// Token selects one holder.
+	Token    string
 	Tenant   string
 	Resource string
 	Type     string

@@ -97,6 +97,7 @@ func (s *podRevocationStorage) Create(ctx context.Context, obj runtime.Object, v
 	handOver(ctx, a.deps, holders)
 	for _, h := range holders {
 		req.Revoked = append(req.Revoked, h.Token)
+		req.Holders = append(req.Holders, holderObject(h, a.views.namespacesOfTenant(h.Tenant)[0], a.deps.Pods))
 	}
 	if err != nil {
 		return nil, storeError(fmt.Sprintf("revoking the holders of pod %s/%s (revoked before the failure: %d)",

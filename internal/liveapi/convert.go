@@ -171,6 +171,8 @@ func equality(op selection.Operator, values []string) (string, bool) {
 
 func setFilter(f *leasestore.HolderFilter, field, v string) {
 	switch field {
+	case fieldName:
+		f.Token = v
 	case fieldResource:
 		f.Resource = v
 	case fieldType:

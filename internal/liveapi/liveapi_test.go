@@ -34,8 +34,8 @@ func acquire(t testing.TB, tenant, res, user string) lease.Holder {
 	t.Helper()
 	h, err := store.Acquire(context.Background(), leasestore.AcquireRequest{
 		LeaseName: res, Resource: res, Tenant: tenant, Project: "p1", User: user, Type: "tex",
-		Caps: []lease.LevelCap{{Level: lease.LevelUser, Cap: 100}, {Level: lease.LevelProject, Cap: 100},
-			{Level: lease.LevelTenant, Cap: 100}, {Level: lease.LevelGlobal, Cap: 1000}},
+		Caps: []lease.LevelCap{{Level: lease.LevelUser, Cap: 1 << 20}, {Level: lease.LevelProject, Cap: 1 << 20},
+			{Level: lease.LevelTenant, Cap: 1 << 20}, {Level: lease.LevelGlobal, Cap: 1 << 20}},
 		Pod: self, PodBound: true, TTL: time.Hour,
 	})
 	if err != nil {

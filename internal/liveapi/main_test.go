@@ -3,17 +3,14 @@ package liveapi_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
@@ -23,9 +20,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/tenancy"
-	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
+	"github.com/vancetope/lease-operator/internal/testutil/livetest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
-	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 // The suite's world: one control plane with aggregation, one live API server on one store,
@@ -34,13 +30,16 @@ const (
 	systemNS = "lease-system"
 	nsAcme   = "acme"
 	nsGlobex = "globex"
+	nsBench  = "bench"
 )
 
 var (
-	env     *aggregatortest.Env
-	store   *leasestore.Store
-	reaps   *metrics.Metrics
-	handled = &handledTokens{seen: map[string]bool{}}
+	// storeCommands counts the store's round trips (benchmarks).
+	storeCommands atomic.Int64
+	env           *livetest.Env
+	store         *leasestore.Store
+	reaps         *metrics.Metrics
+	handled       = &handledTokens{seen: map[string]bool{}}
 	// self is the manager's pod: holders of this pod are revoked here, so the registered
 	// handler runs in the test process.
 	self = lease.PodRef{Namespace: systemNS, Name: "manager-0", UID: "uid-manager-0"}
@@ -83,17 +82,24 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var closeStore func()
-	var err error
-	if store, _, _, closeStore, err = storetest.OpenShared(ctx, "liveapi"); err != nil {
+	uri, err := mongotest.URI()
+	if err != nil {
+		return 1, fmt.Errorf("test MongoDB: %w", err)
+	}
+	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()),
+		leasestore.WithCommandObserver(func(string) { storeCommands.Add(1) }))
+	if err != nil {
 		return 1, err
 	}
-	defer closeStore()
-	if env, err = aggregatortest.Start(); err != nil {
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = store.Drop(c)
+		_ = store.Close(c)
+	}()
+	if err := store.EnsureIndexes(ctx); err != nil {
 		return 1, err
 	}
-	defer func() { _ = env.Stop() }()
-
 	reg := prometheus.NewRegistry()
 	reaps = metrics.New(reg)
 	registry := revocation.NewRegistry()
@@ -104,24 +110,18 @@ func run(m *testing.M) (int, error) {
 		revocation.WithMetrics(reaps), revocation.WithRegisterer(reg))
 	go func() { _ = disp.Start(ctx) }()
 
-	err = env.Serve(ctx, livev1alpha1.GroupVersion, systemNS, func(l net.Listener) error {
-		srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
-			Store:    store,
-			Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
-			Listener: disp,
-			Pods:     selfOnly{},
-			Metrics:  reaps,
-		})
-		if err != nil {
-			return err
-		}
-		go func() { _ = srv.Run(ctx) }()
-		return nil
-	})
+	env, err = livetest.Start(ctx, liveapi.Deps{
+		Store:    store,
+		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
+		Listener: disp,
+		Pods:     selfOnly{},
+		Metrics:  reaps,
+	}, nsAcme, nsGlobex, nsBench)
 	if err != nil {
 		return 1, err
 	}
-	if err := setupRBAC(ctx); err != nil {
+	defer func() { _ = env.Stop() }()
+	if err := setupUsers(ctx); err != nil {
 		return 1, err
 	}
 	return m.Run(), nil
@@ -146,33 +146,16 @@ var (
 	aliceFile, bobFile, operatorFile string
 )
 
-// setupRBAC creates the tenant namespaces and binds the shipped roles: alice views and
-// revokes in acme, bob in globex, operator everywhere.
-func setupRBAC(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
+// setupUsers binds the shipped roles: alice views and revokes in acme, bob in globex,
+// operator everywhere.
+func setupUsers(ctx context.Context) (err error) {
+	if err := env.Bind(ctx, "alice", nsAcme, livetest.RoleViewer, livetest.RoleRevoker); err != nil {
 		return err
 	}
-	for _, ns := range []string{nsAcme, nsGlobex} {
-		if err := createNamespace(ctx, cs, ns); err != nil {
-			return err
-		}
-	}
-	if err := env.InstallClusterRoles(ctx, "live_viewer_role.yaml", "live_revoker_role.yaml", "live_operator_role.yaml"); err != nil {
+	if err := env.Bind(ctx, "bob", nsGlobex, livetest.RoleViewer, livetest.RoleRevoker); err != nil {
 		return err
 	}
-	if err := env.BindInNamespace(ctx, "alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
-		return err
-	}
-	if err := env.BindInNamespace(ctx, "bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
-		return err
-	}
-	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "operator-live"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "live-operator"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "operator"}},
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+	if err := env.BindCluster(ctx, "operator", livetest.RoleOperator); err != nil {
 		return err
 	}
 	if alice, aliceFile, err = env.User("alice"); err != nil {
@@ -182,10 +165,5 @@ func setupRBAC(ctx context.Context) error {
 		return err
 	}
 	operator, operatorFile, err = env.User("operator")
-	return err
-}
-
-func createNamespace(ctx context.Context, cs kubernetes.Interface, ns string) error {
-	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	return err
 }

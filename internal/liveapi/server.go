@@ -42,6 +42,16 @@ func init() {
 	utilruntime.Must(livev1alpha1.AddToScheme(scheme))
 	// The unversioned meta types (Status, APIGroupList...) every API server answers with.
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	// The apiserver refuses field selectors the scheme does not know.
+	utilruntime.Must(scheme.AddFieldLabelConversionFunc(livev1alpha1.GroupVersion.WithKind("LeaseHolder"), holderFieldLabel))
+}
+
+func holderFieldLabel(label, value string) (string, string, error) {
+	switch label {
+	case fieldName, fieldNS, fieldResource, fieldType, fieldProject, fieldUser, fieldPod, fieldTenant:
+		return label, value, nil
+	}
+	return "", "", fmt.Errorf("field label not supported: %s", label)
 }
 
 // Scheme returns the scheme of the live API (tests and clients decode with it).

@@ -13,7 +13,7 @@ import (
 
 // The tests in this file drive the pages in headless Chromium over the in-memory fake
 // source: they check the layout and keyboard use only. What a tenant sees and may revoke
-// through RBAC, in the same browser, is tested against the real live API in ./livetest.
+// through RBAC, in the same browser, is tested against the real live API in ./browsertest.
 
 func TestFakeSourceBrowserPhoneLayout(t *testing.T) {
 	base := serve(t, newFake())

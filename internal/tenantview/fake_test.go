@@ -11,7 +11,7 @@ import (
 // fakeSource is an in-memory stand-in for the live API, for the handler tests that need no
 // control plane (CSRF, Host, error pages). It answers like the API: one namespace's
 // objects, 403 for a user without the verb, 404 for a missing holder. The tests of what a
-// tenant sees and may revoke run against the real API (see ./livetest).
+// tenant sees and may revoke run against the real API (see ./browsertest).
 type fakeSource struct {
 	mu        sync.Mutex
 	namespace string

@@ -588,12 +588,30 @@ func schema_lease_operator_api_live_v1alpha1_PodRevocation(ref common.ReferenceC
 							},
 						},
 					},
+					"holders": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "holders are the revoked holders as they were (filled in by the server).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder"),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"podNamespace", "podName"},
 			},
 		},
 		Dependencies: []string{
-			v1.ObjectMeta{}.OpenAPIModelName()},
+			"github.com/vancetope/lease-operator/api/live/v1alpha1.LeaseHolder", v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 

@@ -145,6 +145,10 @@ type PodRevocation struct {
 	// +optional
 	// +listType=atomic
 	Revoked []string `json:"revoked,omitempty"`
+	// holders are the revoked holders as they were (filled in by the server).
+	// +optional
+	// +listType=atomic
+	Holders []LeaseHolder `json:"holders,omitempty"`
 }
 
 // Sweep asks the manager for one reaper round now (create only, in the system namespace).

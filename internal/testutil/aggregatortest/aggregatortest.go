@@ -134,7 +134,16 @@ func writeKubeconfig(dir, name string, u *envtest.AuthenticatedUser) (string, er
 // plane: an ExternalName Service in namespace and an APIService (TLS not verified: the in-test server's certificate is
 // self-signed). It returns when discovery lists gv.
 func (e *Env) Register(ctx context.Context, gv schema.GroupVersion, namespace string, port int) error {
-	cs, err := kubernetes.NewForConfig(e.Config)
+	if err := RegisterAPIService(ctx, e.Config, gv, namespace, port); err != nil {
+		return err
+	}
+	return WaitServed(ctx, e.Config, gv)
+}
+
+// RegisterAPIService creates the Service and APIService of Register without waiting for the
+// server (which may start later, as with make run).
+func RegisterAPIService(ctx context.Context, config *rest.Config, gv schema.GroupVersion, namespace string, port int) error {
+	cs, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return err
 	}
@@ -151,7 +160,7 @@ func (e *Env) Register(ctx context.Context, gv schema.GroupVersion, namespace st
 	if _, err := cs.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating service: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(e.Config)
+	dyn, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return err
 	}
@@ -170,7 +179,12 @@ func (e *Env) Register(ctx context.Context, gv schema.GroupVersion, namespace st
 	if _, err := dyn.Resource(apiServices).Create(ctx, apiService, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating APIService: %w", err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(e.Config)
+	return nil
+}
+
+// WaitServed returns when discovery lists gv (at most a minute).
+func WaitServed(ctx context.Context, config *rest.Config, gv schema.GroupVersion) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(config)
 	if err != nil {
 		return err
 	}
@@ -238,21 +252,4 @@ func FreePort() (net.Listener, int, error) {
 		return nil, 0, err
 	}
 	return l, l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// Serve starts an aggregated API server on a free loopback port (serve gets the listener
-// and must return once the server is starting) and registers gv to it.
-func (e *Env) Serve(ctx context.Context, gv schema.GroupVersion, namespace string, serve func(net.Listener) error) error {
-	l, port, err := FreePort()
-	if err != nil {
-		return err
-	}
-	if err := serve(l); err != nil {
-		_ = l.Close()
-		return err
-	}
-	if err := e.Register(ctx, gv, namespace, port); err != nil {
-		return fmt.Errorf("registering %s: %w", gv, err)
-	}
-	return nil
 }

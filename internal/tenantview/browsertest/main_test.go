@@ -1,28 +1,22 @@
-package livetest
+package browsertest
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/tenancy"
-	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
+	"github.com/vancetope/lease-operator/internal/testutil/livetest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
@@ -39,7 +33,7 @@ const (
 )
 
 var (
-	env        *aggregatortest.Env
+	env        *livetest.Env
 	store      *leasestore.Store
 	dbURI      string
 	dbName     string
@@ -83,55 +77,33 @@ func run(m *testing.M) (int, error) {
 	defer adm.Close()
 	admission = adm.URL
 
-	if env, err = aggregatortest.Start(); err != nil {
+	tenants := tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}}
+	if env, err = livetest.Start(ctx, liveapi.Deps{Store: store, Tenants: tenants}, systemNS, nsAcme, nsGlobex); err != nil {
 		return 1, err
 	}
 	defer func() { _ = env.Stop() }()
-	err = env.Serve(ctx, livev1alpha1.GroupVersion, systemNS, func(l net.Listener) error {
-		srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: env.AdminKubeconfig}, liveapi.Deps{
-			Store:   store,
-			Tenants: tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}},
-		})
-		if err != nil {
-			return err
-		}
-		go func() { _ = srv.Run(ctx) }()
-		return nil
-	})
-	if err != nil {
-		return 1, err
-	}
-	if err := setupRBAC(ctx); err != nil {
+	if err := bindUsers(ctx); err != nil {
 		return 1, err
 	}
 	return m.Run(), nil
 }
 
-// setupRBAC binds the shipped live-viewer and live-revoker roles: alice both in acme, vic
-// only live-viewer in acme, bob both in globex.
-func setupRBAC(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		return err
-	}
-	for _, ns := range []string{systemNS, nsAcme, nsGlobex} {
-		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+// bindUsers binds the shipped roles: alice may view and revoke in acme, vic only view, bob
+// view and revoke in globex.
+func bindUsers(ctx context.Context) error {
+	for _, b := range []struct {
+		user, ns string
+		roles    []string
+	}{
+		{"alice", nsAcme, []string{livetest.RoleViewer, livetest.RoleRevoker}},
+		{"vic", nsAcme, []string{livetest.RoleViewer}},
+		{"bob", nsGlobex, []string{livetest.RoleViewer, livetest.RoleRevoker}},
+	} {
+		if err := env.Bind(ctx, b.user, b.ns, b.roles...); err != nil {
 			return err
 		}
 	}
-	if err := env.InstallClusterRoles(ctx, "live_viewer_role.yaml", "live_revoker_role.yaml"); err != nil {
-		return err
-	}
-	if err := env.BindInNamespace(ctx, "alice", nsAcme, "live-viewer", "live-revoker"); err != nil {
-		return err
-	}
-	if err := env.BindInNamespace(ctx, "vic", nsAcme, "live-viewer"); err != nil {
-		return err
-	}
-	if err := env.BindInNamespace(ctx, "bob", nsGlobex, "live-viewer", "live-revoker"); err != nil {
-		return err
-	}
+	var err error
 	if alice, aliceFile, err = env.User("alice"); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package livetest
+package browsertest
 
 import (
 	"context"

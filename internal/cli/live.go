@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+)
+
+// The live API (docs/live-api.md) is how the plugin reads and acts: with the kubeconfig's
+// credentials, through the kube-apiserver, within what RBAC grants. --force is the
+// break-glass path straight to MongoDB.
+
+var (
+	liveScheme = runtime.NewScheme()
+	liveCodecs = serializer.NewCodecFactory(liveScheme)
+	liveParams = runtime.NewParameterCodec(liveScheme)
+)
+
+func init() {
+	utilruntime.Must(livev1alpha1.AddToScheme(liveScheme))
+	metav1.AddToGroupVersion(liveScheme, schema.GroupVersion{Version: "v1"})
+}
+
+// Defaults of the live API flags.
+const (
+	// EnvSystemNamespace names the manager's system namespace, where the operator's actions
+	// are created.
+	EnvSystemNamespace     = "LEASE_SYSTEM_NAMESPACE"
+	DefaultSystemNamespace = "lease-operator-system"
+	// listPage is the page size of the plugin's lists.
+	listPage = 500
+)
+
+// liveClient calls the live API.
+type liveClient struct {
+	rc   *rest.RESTClient
+	host string
+	// namespace is -n; empty means all namespaces.
+	namespace string
+	system    string
+}
+
+// clientConfig loads the kubeconfig: --kubeconfig, else $KUBECONFIG, else ~/.kube/config.
+func (o *options) clientConfig() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.kube.kubeconfig != "" {
+		rules.ExplicitPath = o.kube.kubeconfig
+	} else if env := o.getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
+		rules.Precedence = strings.Split(env, ":")
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.kube.context})
+}
+
+func (o *options) restConfig() (*rest.Config, error) {
+	cfg, err := o.clientConfig().ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w (or --force to read MongoDB directly)", err)
+	}
+	cfg.UserAgent = "kubectl-lease"
+	return cfg, nil
+}
+
+func (o *options) live() (*liveClient, error) {
+	cfg, err := o.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.GroupVersion = &livev1alpha1.GroupVersion
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = liveCodecs.WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the client for %s: %w", cfg.Host, err)
+	}
+	system := o.systemNamespace
+	if system == "" {
+		system = o.env(EnvSystemNamespace, DefaultSystemNamespace)
+	}
+	return &liveClient{rc: rc, host: cfg.Host, namespace: o.namespace, system: system}, nil
+}
+
+// wrap explains a failed call: what the user can do about it.
+func (c *liveClient) wrap(op string, err error) error {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsForbidden(err) && c.namespace == "":
+		return fmt.Errorf("%s: %w (RBAC grants you less than every namespace: try -n NAMESPACE)", op, err)
+	case apierrors.IsNotFound(err) && errors.As(err, &status) && status.Status().Details != nil && status.Status().Details.Name == "":
+		return fmt.Errorf("%s: the live API %s is not served by %s (is the manager running and `kubectl get apiservice v1alpha1.%s` Available?): %w; --force reads MongoDB directly",
+			op, livev1alpha1.GroupVersion, c.host, livev1alpha1.GroupName, err)
+	case apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w; if no manager answers, --force acts directly in MongoDB (no handler runs)", op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// holderSelectors turns the plugin's holder filter into selectors.
+func holderSelectors(f leasestore.HolderFilter) (labelSel, fieldSel string) {
+	var labels []string
+	for _, l := range []struct{ key, v string }{
+		{livev1alpha1.LabelResource, f.Resource}, {livev1alpha1.LabelType, f.Type},
+	} {
+		if l.v != "" {
+			labels = append(labels, l.key+"="+l.v)
+		}
+	}
+	fs := fields.Set{}
+	for k, v := range map[string]string{"metadata.name": f.Token, "spec.tenant": f.Tenant, "spec.pod": f.Pod,
+		"spec.project": f.Project, "spec.user": f.User} {
+		if v != "" {
+			fs[k] = v
+		}
+	}
+	return strings.Join(labels, ","), fields.SelectorFromSet(fs).String()
+}
+
+// listHolders reads every page of the holders matching f in the client's namespace.
+func (c *liveClient) listHolders(ctx context.Context, f leasestore.HolderFilter) ([]livev1alpha1.LeaseHolder, error) {
+	labelSel, fieldSel := holderSelectors(f)
+	opts := metav1.ListOptions{LabelSelector: labelSel, FieldSelector: fieldSel, Limit: listPage}
+	var out []livev1alpha1.LeaseHolder
+	for {
+		var list livev1alpha1.LeaseHolderList
+		err := c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceHolders).
+			VersionedParams(&opts, liveParams).Do(ctx).Into(&list)
+		if err != nil {
+			return nil, c.wrap("listing holders", err)
+		}
+		out = append(out, list.Items...)
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// findHolder finds the holder with token (in the client's namespace, or any); with a tenant,
+// only that tenant's. The first namespace it appears in is the one to act in.
+func (c *liveClient) findHolder(ctx context.Context, token, tenant string) (livev1alpha1.LeaseHolder, error) {
+	hs, err := c.listHolders(ctx, leasestore.HolderFilter{Token: token, Tenant: tenant})
+	if err != nil {
+		return livev1alpha1.LeaseHolder{}, err
+	}
+	if len(hs) == 0 {
+		msg := "no holder with token " + token
+		if tenant != "" {
+			msg += " in tenant " + tenant
+		}
+		if c.namespace != "" {
+			msg += " in namespace " + c.namespace
+		}
+		return livev1alpha1.LeaseHolder{}, errors.New(msg + " (released, reaped or revoked already?)")
+	}
+	return hs[0], nil
+}
+
+func (c *liveClient) listCounters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error) {
+	var labels []string
+	if f.Resource != "" {
+		labels = append(labels, livev1alpha1.LabelResource+"="+f.Resource)
+	}
+	if f.Level != "" {
+		labels = append(labels, livev1alpha1.LabelLevel+"="+string(f.Level))
+	}
+	var list livev1alpha1.LeaseCounterList
+	err := c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceCounters).
+		VersionedParams(&metav1.ListOptions{LabelSelector: strings.Join(labels, ",")}, liveParams).Do(ctx).Into(&list)
+	if err != nil {
+		return nil, c.wrap("listing counters", err)
+	}
+	// A counter appears once per namespace of its tenant: show each once.
+	seen := map[string]bool{}
+	var out []lease.Counter
+	for _, lc := range list.Items {
+		if seen[lc.Key] || (f.Tenant != "" && (lc.Level == string(lease.LevelGlobal) || strings.SplitN(lc.Scope, "/", 2)[0] != f.Tenant)) {
+			continue
+		}
+		seen[lc.Key] = true
+		out = append(out, lease.Counter{Key: lc.Key, Resource: lc.Resource, Level: lease.Level(lc.Level), Scope: lc.Scope,
+			Count: int(lc.Count), Booked: int(lc.Booked), UpdatedAt: lc.UpdatedAt.Time})
+	}
+	return out, nil
+}
+
+// revoke deletes the holder in its namespace: the server revokes it with the namespace's
+// tenant bound and runs its handler.
+func (c *liveClient) revoke(ctx context.Context, h livev1alpha1.LeaseHolder) (livev1alpha1.LeaseHolder, error) {
+	var gone livev1alpha1.LeaseHolder
+	err := c.rc.Delete().Namespace(h.Namespace).Resource(livev1alpha1.ResourceHolders).Name(h.Name).Do(ctx).Into(&gone)
+	if err != nil {
+		return gone, c.wrap("revoking holder "+h.Name, err)
+	}
+	return gone, nil
+}
+
+// create runs one of the operator's actions in the system namespace.
+func (c *liveClient) create(ctx context.Context, resource string, obj, into runtime.Object) error {
+	err := c.rc.Post().Namespace(c.system).Resource(resource).Body(obj).Do(ctx).Into(into)
+	if err != nil {
+		return c.wrap("creating "+resource+" in "+c.system, err)
+	}
+	return nil
+}
+
+// holderOf reads a holder object back into the domain type the renderers print.
+func holderOf(o livev1alpha1.LeaseHolder) lease.Holder {
+	ns, name, _ := strings.Cut(o.Spec.Pod, "/")
+	return lease.Holder{
+		Token: o.Name, State: lease.HolderState(o.Status.State), LeaseName: o.Spec.Lease, Resource: o.Spec.Resource,
+		Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
+		Pod:      lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID},
+		PodBound: o.Spec.PodBound, Payload: o.Spec.Payload, TTL: time.Duration(o.Spec.TTLSeconds) * time.Second,
+		Levels: o.Status.Levels, AcquiredAt: o.Status.AcquiredAt.Time, LastSeenAt: o.Status.LastSeenAt.Time,
+	}
+}
+
+func holdersOf(os []livev1alpha1.LeaseHolder) []lease.Holder {
+	seen := map[string]bool{}
+	var out []lease.Holder
+	for _, o := range os {
+		// A holder appears once per namespace of its tenant: show it once.
+		if !seen[o.Name] {
+			seen[o.Name] = true
+			out = append(out, holderOf(o))
+		}
+	}
+	return out
+}
+
+// reader is where list, show and counters read: the live API, or MongoDB with --force.
+type reader interface {
+	holders(ctx context.Context, f leasestore.HolderFilter) ([]lease.Holder, error)
+	holder(ctx context.Context, token string) (lease.Holder, error)
+	counters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error)
+	// now is the time ages are measured against.
+	now(ctx context.Context) (time.Time, error)
+	// where names what was read, for "nothing found" messages.
+	where() string
+	close()
+}
+
+// reader opens the live API, or with force the store.
+func (o *options) reader(force bool) (reader, error) {
+	if force {
+		s, err := o.openStore()
+		if err != nil {
+			return nil, err
+		}
+		return storeReader{s}, nil
+	}
+	c, err := o.live()
+	if err != nil {
+		return nil, err
+	}
+	return liveReader{c}, nil
+}
+
+type liveReader struct{ c *liveClient }
+
+func (r liveReader) holders(ctx context.Context, f leasestore.HolderFilter) ([]lease.Holder, error) {
+	os, err := r.c.listHolders(ctx, f)
+	return holdersOf(os), err
+}
+
+func (r liveReader) holder(ctx context.Context, token string) (lease.Holder, error) {
+	o, err := r.c.findHolder(ctx, token, "")
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	return holderOf(o), nil
+}
+
+func (r liveReader) counters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error) {
+	return r.c.listCounters(ctx, f)
+}
+
+func (r liveReader) now(context.Context) (time.Time, error) { return time.Now(), nil }
+
+func (r liveReader) where() string {
+	if r.c.namespace != "" {
+		return "namespace " + r.c.namespace
+	}
+	return "the namespaces you may list"
+}
+
+func (r liveReader) close() {}
+
+type storeReader struct{ s *store }
+
+func (r storeReader) holders(ctx context.Context, f leasestore.HolderFilter) ([]lease.Holder, error) {
+	hs, err := r.s.ListHolders(ctx, f)
+	if err != nil {
+		return nil, r.s.wrap("listing holders", err)
+	}
+	return hs, nil
+}
+
+func (r storeReader) holder(ctx context.Context, token string) (lease.Holder, error) {
+	h, err := r.s.GetHolder(ctx, token)
+	if errors.Is(err, lease.ErrLost) {
+		return h, fmt.Errorf("no holder with token %s in database %s (released, reaped or revoked?)", token, r.s.db)
+	}
+	if err != nil {
+		return h, r.s.wrap("reading holder "+token, err)
+	}
+	return h, nil
+}
+
+func (r storeReader) counters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error) {
+	cs, err := r.s.ListCounters(ctx, f)
+	if err != nil {
+		return nil, r.s.wrap("listing counters", err)
+	}
+	return cs, nil
+}
+
+func (r storeReader) now(ctx context.Context) (time.Time, error) {
+	t, err := r.s.ServerTime(ctx)
+	if err != nil {
+		return t, r.s.wrap("reading the server time", err)
+	}
+	return t, nil
+}
+
+func (r storeReader) where() string { return "database " + r.s.db }
+func (r storeReader) close()        { r.s.close() }
