@@ -65,3 +65,21 @@ func TestFakeSourceBrowserKeyboardOnly(t *testing.T) {
 		t.Errorf("revoked %v with the keyboard, want the holder", got)
 	}
 }
+
+// The refresh toggle is an enhancement: hidden without the script, shown and remembered
+// with it.
+func TestFakeSourceBrowserRefreshToggle(t *testing.T) {
+	ctx := browser.New(t, 1280, 900)
+	base := serve(t, newFake()) + "/"
+	browser.Navigate(ctx, t, base)
+	if browser.Eval[bool](ctx, t, `document.getElementById("autorefresh").hidden`) {
+		t.Fatal("the refresh toggle stays hidden with the script running")
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#autorefresh-box"))); err != nil {
+		t.Fatal(err)
+	}
+	browser.Navigate(ctx, t, base)
+	if !browser.Eval[bool](ctx, t, `document.getElementById("autorefresh-box").checked`) {
+		t.Error("the refresh choice is not remembered across a reload")
+	}
+}
