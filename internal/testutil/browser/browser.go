@@ -27,6 +27,10 @@ const EnvArtifacts = "TEST_ARTIFACTS_DIR"
 // ExecPath returns the Chromium binary, or "" when none is installed.
 func ExecPath() string {
 	if p := os.Getenv(EnvChromium); p != "" {
+		// An explicit choice is not second-guessed with another browser.
+		if _, err := exec.LookPath(p); err != nil {
+			return ""
+		}
 		return p
 	}
 	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
