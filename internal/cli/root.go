@@ -117,7 +117,9 @@ which runs the revocation handlers. The merged definition (definition) is read f
 cluster's LeaseDefinitions.
 
 --force is the break-glass path for when no manager answers: it reads and writes MongoDB
-directly (--mongodb-uri), and no revocation handler runs.`,
+directly (--mongodb-uri), and no revocation handler runs.
+
+ui serves the same view of one namespace as a local web page, for tenant administrators.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl lease"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -161,6 +163,7 @@ directly (--mongodb-uri), and no revocation handler runs.`,
 		newRevokePodCommand(o),
 		newSweepCommand(o),
 		newReconcileCommand(o),
+		newUICommand(o),
 	)
 	wrapArgs(root)
 	for _, c := range root.Commands() {

@@ -16,7 +16,7 @@ func TestRootCommand(t *testing.T) {
 		{
 			name:     "help lists every command",
 			args:     []string{"--help"},
-			inStdout: []string{"kubectl lease [command]", "list", "show", "counters", "definition", "revoke", "revoke-pod", "sweep", "reconcile"},
+			inStdout: []string{"kubectl lease [command]", "list", "show", "counters", "definition", "revoke", "revoke-pod", "sweep", "reconcile", "ui"},
 		},
 		{
 			name:     "no command prints help",
@@ -40,6 +40,18 @@ func TestRootCommand(t *testing.T) {
 			args:     []string{"list", "--timeout", "0s"},
 			wantCode: 1,
 			inStderr: []string{"--timeout must be positive"},
+		},
+		{
+			name:     "ui refuses to listen beyond this machine",
+			args:     []string{"ui", "--address", "0.0.0.0:8765"},
+			wantCode: 1,
+			inStderr: []string{"listens only on a loopback address"},
+		},
+		{
+			name:     "ui needs host:port",
+			args:     []string{"ui", "--address", "8765"},
+			wantCode: 1,
+			inStderr: []string{"want host:port"},
 		},
 		{
 			name:     "completion of a fixed flag value",

@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,4 +41,27 @@ func Open(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.S
 		_ = s.Close(ctx)
 	})
 	return s
+}
+
+// OpenShared opens a store for a whole suite (TestMain), on a fresh database named with
+// prefix on the test MongoDB, with indexes. close drops the database and disconnects.
+func OpenShared(ctx context.Context, prefix string, opts ...leasestore.Option) (s *leasestore.Store, uri, db string, close func(), err error) {
+	if uri, err = mongotest.URI(); err != nil {
+		return nil, "", "", nil, fmt.Errorf("test MongoDB: %w", err)
+	}
+	db = fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	if s, err = leasestore.Connect(uri, db, opts...); err != nil {
+		return nil, "", "", nil, err
+	}
+	close = func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Drop(c)
+		_ = s.Close(c)
+	}
+	if err := s.EnsureIndexes(ctx); err != nil {
+		close()
+		return nil, "", "", nil, err
+	}
+	return s, uri, db, close, nil
 }

@@ -1,0 +1,124 @@
+package tenantview
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+)
+
+// The live API's resources the view uses (docs/live-api.md).
+var (
+	HoldersResource  = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceHolders)
+	CountersResource = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceCounters)
+)
+
+// KubeSource is the Source over the live API, called with the credentials of cfg: the
+// user's kubeconfig, never a service account of its own.
+type KubeSource struct {
+	dyn  dynamic.Interface
+	auth kubernetes.Interface
+}
+
+var _ Source = (*KubeSource)(nil)
+
+// NewKubeSource returns a source calling the API server of cfg as cfg's user.
+func NewKubeSource(cfg *rest.Config) (*KubeSource, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("live API client for %s: %w", cfg.Host, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("authorization client for %s: %w", cfg.Host, err)
+	}
+	return &KubeSource{dyn: dyn, auth: cs}, nil
+}
+
+// ListHolders lists the leaseholders of namespace.
+func (k *KubeSource) ListHolders(ctx context.Context, namespace string) ([]Holder, error) {
+	list, err := k.dyn.Resource(HoldersResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Holder, 0, len(list.Items))
+	for _, o := range list.Items {
+		h, err := holderFrom(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// ListCounters lists the leasecounters of namespace.
+func (k *KubeSource) ListCounters(ctx context.Context, namespace string) ([]Counter, error) {
+	list, err := k.dyn.Resource(CountersResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Counter, 0, len(list.Items))
+	for _, o := range list.Items {
+		c, err := counterFrom(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// RevokeHolder deletes the leaseholder: the live API revokes it.
+func (k *KubeSource) RevokeHolder(ctx context.Context, namespace, name string) error {
+	return k.dyn.Resource(HoldersResource).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+// CanRevoke asks the API server whether the user may delete leaseholders in namespace.
+func (k *KubeSource) CanRevoke(ctx context.Context, namespace string) (bool, error) {
+	r, err := k.auth.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: "delete", Group: HoldersResource.Group, Version: HoldersResource.Version,
+			Resource: HoldersResource.Resource,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("asking whether leaseholders may be deleted in %s: %w", namespace, err)
+	}
+	return r.Status.Allowed, nil
+}
+
+// holderFrom reads a LeaseHolder object.
+func holderFrom(o map[string]any) (Holder, error) {
+	var h livev1alpha1.LeaseHolder
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &h); err != nil {
+		return Holder{}, fmt.Errorf("decoding a LeaseHolder: %w", err)
+	}
+	return Holder{
+		Name: h.Name, Lease: h.Spec.Lease, Resource: h.Spec.Resource, Type: h.Spec.Type,
+		Tenant: h.Spec.Tenant, Project: h.Spec.Project, User: h.Spec.User, Pod: h.Spec.Pod,
+		PodAlive: h.Status.PodAlive, PodReason: h.Status.PodReason, TTL: time.Duration(h.Spec.TTLSeconds) * time.Second,
+		AcquiredAt: h.Status.AcquiredAt.Time, LastSeenAt: h.Status.LastSeenAt.Time,
+	}, nil
+}
+
+// counterFrom reads a LeaseCounter object. The level's cap is read from a "cap" field when
+// the server publishes one (LeaseCounter has none yet; see docs/tenant-view.md).
+func counterFrom(o map[string]any) (Counter, error) {
+	var c livev1alpha1.LeaseCounter
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &c); err != nil {
+		return Counter{}, fmt.Errorf("decoding a LeaseCounter: %w", err)
+	}
+	capacity, _, _ := unstructured.NestedInt64(o, "cap")
+	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked,
+		Cap: capacity, UpdatedAt: c.UpdatedAt.Time}, nil
+}

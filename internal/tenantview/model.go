@@ -1,0 +1,224 @@
+package tenantview
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Holder is one live holder as the view shows it (a LeaseHolder of the live API).
+type Holder struct {
+	// Name is the object's name: the holder's token.
+	Name     string
+	Lease    string
+	Resource string
+	Type     string
+	Tenant   string
+	Project  string
+	User     string
+	// Pod is namespace/name of the holding pod, empty for a holder without a pod.
+	Pod string
+	// PodAlive is "True", "False" or "Unknown" (empty without a pod).
+	PodAlive  string
+	PodReason string
+	TTL       time.Duration
+	// AcquiredAt and LastSeenAt are the store's times.
+	AcquiredAt time.Time
+	LastSeenAt time.Time
+}
+
+// Counter is one counter as the view shows it (a LeaseCounter of the live API).
+type Counter struct {
+	Resource string
+	Level    string
+	Scope    string
+	Count    int64
+	// Booked is the number of holders that book the counter: what reconcile corrects Count to.
+	Booked int64
+	// Cap is the level's cap when the API publishes it; 0 when unknown.
+	Cap       int64
+	UpdatedAt time.Time
+}
+
+// Levels a tenant may see, in the order the view lists them: widest first. The global level
+// belongs to no tenant and is never shown (docs/tenant-view.md).
+var tenantLevels = []string{"tenant", "project", "user"}
+
+// idleNearFraction is the share of the TTL after which an idle holder is marked as close to
+// being reaped.
+const idleNearFraction = 0.75
+
+// IdleState classifies a holder's idle time against its TTL.
+type IdleState string
+
+// The idle states.
+const (
+	IdleOK   IdleState = "ok"
+	IdleNear IdleState = "near"
+	IdleOver IdleState = "over"
+)
+
+// idleState says whether idle is well within ttl, close to it, or past it (the holder is due
+// for the next idle reap). A holder without a TTL is never marked.
+func idleState(idle, ttl time.Duration) IdleState {
+	switch {
+	case ttl <= 0:
+		return IdleOK
+	case idle >= ttl:
+		return IdleOver
+	case float64(idle) >= idleNearFraction*float64(ttl):
+		return IdleNear
+	default:
+		return IdleOK
+	}
+}
+
+// HolderRow is a holder with what the page derives from it.
+type HolderRow struct {
+	Holder
+	Age       string
+	Idle      string
+	TTLText   string
+	IdleState IdleState
+	// IdlePercent is idle/TTL in percent, capped at 100.
+	IdlePercent int
+}
+
+// CounterRow is a counter with its drift and occupancy.
+type CounterRow struct {
+	Counter
+	// Drift is Count - Booked: positive blocks slots nobody holds, negative lets the cap be
+	// exceeded.
+	Drift     int64
+	DriftText string
+	// Percent is Count/Cap in percent, capped at 100 (0 without a cap).
+	Percent int
+	Full    bool
+	// Low and High are the meter's bounds: green below half the cap, amber up to the last
+	// free slot, red when full.
+	Low, High float64
+	Updated   string
+}
+
+// ResourceGroup is one resource's counters, widest level first.
+type ResourceGroup struct {
+	Resource string
+	Counters []CounterRow
+	// InUse are the counters with a count or a booking: the occupancy card leaves out the
+	// empty counters the store keeps until reconcile removes them (the table lists them).
+	InUse []CounterRow
+	Drift bool
+}
+
+// Page is everything the main page shows.
+type Page struct {
+	Namespace string
+	Holders   []HolderRow
+	Resources []ResourceGroup
+	// DriftCount is the number of counters with drift.
+	DriftCount int
+	// CanRevoke is the SelfSubjectAccessReview's answer for deleting leaseholders.
+	CanRevoke bool
+}
+
+// buildPage derives the page from what the API returned at now. Counters of levels a tenant
+// does not see (global, or anything unknown) are dropped even if the API returned them: the
+// view never shows the global level.
+func buildPage(namespace string, now time.Time, holders []Holder, counters []Counter, canRevoke bool) Page {
+	p := Page{Namespace: namespace, CanRevoke: canRevoke}
+	for _, h := range holders {
+		idle := nonNegative(now.Sub(h.LastSeenAt))
+		r := HolderRow{
+			Holder:    h,
+			Age:       humanDuration(nonNegative(now.Sub(h.AcquiredAt))),
+			Idle:      humanDuration(idle),
+			TTLText:   humanDuration(h.TTL),
+			IdleState: idleState(idle, h.TTL),
+		}
+		if h.TTL > 0 {
+			r.IdlePercent = min(100, int(idle*100/h.TTL))
+		}
+		p.Holders = append(p.Holders, r)
+	}
+	slices.SortFunc(p.Holders, func(a, b HolderRow) int {
+		return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Project, b.Project),
+			cmp.Compare(a.User, b.User), a.AcquiredAt.Compare(b.AcquiredAt), cmp.Compare(a.Name, b.Name))
+	})
+
+	byResource := map[string]*ResourceGroup{}
+	var names []string
+	for _, c := range counters {
+		if !slices.Contains(tenantLevels, c.Level) {
+			continue
+		}
+		g := byResource[c.Resource]
+		if g == nil {
+			g = &ResourceGroup{Resource: c.Resource}
+			byResource[c.Resource] = g
+			names = append(names, c.Resource)
+		}
+		row := CounterRow{Counter: c, Drift: c.Count - c.Booked, DriftText: driftText(c.Count - c.Booked),
+			Updated: humanDuration(nonNegative(now.Sub(c.UpdatedAt)))}
+		if c.Cap > 0 {
+			row.Percent = int(min(100, max(0, c.Count)*100/c.Cap))
+			row.Full = c.Count >= c.Cap
+			row.Low, row.High = float64(c.Cap)/2, float64(c.Cap)-0.5
+		}
+		if row.Drift != 0 {
+			g.Drift = true
+			p.DriftCount++
+		}
+		g.Counters = append(g.Counters, row)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		g := byResource[n]
+		slices.SortFunc(g.Counters, func(a, b CounterRow) int {
+			return cmp.Or(cmp.Compare(slices.Index(tenantLevels, a.Level), slices.Index(tenantLevels, b.Level)),
+				cmp.Compare(a.Scope, b.Scope))
+		})
+		for _, c := range g.Counters {
+			if c.Count != 0 || c.Booked != 0 {
+				g.InUse = append(g.InUse, c)
+			}
+		}
+		p.Resources = append(p.Resources, *g)
+	}
+	return p
+}
+
+// driftText is "" without drift, else Count - Booked with its sign.
+func driftText(d int64) string {
+	if d == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%+d", d)
+}
+
+func nonNegative(d time.Duration) time.Duration { return max(0, d) }
+
+// humanDuration is a short, kubectl-like duration: 45s, 3m10s, 2h5m, 3d4h.
+func humanDuration(d time.Duration) string {
+	d = d.Truncate(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return trimZero(fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60))
+	case d < 24*time.Hour:
+		return trimZero(fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60))
+	default:
+		return trimZero(fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24))
+	}
+}
+
+// trimZero drops a zero second unit ("3m0s" -> "3m").
+func trimZero(s string) string {
+	for _, suffix := range []string{"0s", "0m", "0h"} {
+		if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix && (s[len(s)-len(suffix)-1] < '0' || s[len(s)-len(suffix)-1] > '9') {
+			return s[:len(s)-len(suffix)]
+		}
+	}
+	return s
+}
