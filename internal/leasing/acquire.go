@@ -13,7 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
-// Acquire obtains a lease (specification §3). It validates the request, resolves the
+// Acquire obtains a lease (docs/design.md). It validates the request, resolves the
 // definition (NOOP without store traffic when no lease or no cap applies), and waits for a
 // slot at most min(definition wait, req.Wait, ctx deadline). Errors: *lease.InvalidError,
 // *lease.BusyError, *lease.UnavailableError.
@@ -172,7 +172,7 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 // minRoundBudget is the least time a waiting round gives its store calls, however little of
 // the wait is left. A healthy store answers well within it, so a store call that outlives it
 // is a store that does not answer: LEASE_UNAVAILABLE, not a diagnosis of a full level
-// (specification §3). The wait may thus run over by at most this much.
+// (docs/design.md, "Fail closed"). The wait may thus run over by at most this much.
 const minRoundBudget = time.Second
 
 // poll is one round of a waiting acquisition, bounded by remaining (at least minRoundBudget):
