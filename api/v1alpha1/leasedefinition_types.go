@@ -4,9 +4,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Scope names of the layers (specification §2). A LeaseDefinition with tenant SystemTenant and
-// project TenantProject is the system layer, one with a tenant ID and project TenantProject is
-// the tenant layer, and one with a tenant and a project ID is the project layer.
+// Scope names of the layers (docs/design.md, "Four layers, merged per field"). A
+// LeaseDefinition with tenant SystemTenant and project TenantProject is the system layer, one
+// with a tenant ID and project TenantProject is the tenant layer, and one with a tenant and a
+// project ID is the project layer.
 const (
 	// SystemTenant is the tenant of the system layer.
 	SystemTenant = "_vance"
@@ -76,7 +77,7 @@ type LeaseLevels struct {
 	User *int32 `json:"user,omitempty"`
 }
 
-// LeaseDefinitionSpec is one layer document of a lease definition (specification §2).
+// LeaseDefinitionSpec is one layer document of a lease definition (docs/design.md).
 // +kubebuilder:validation:XValidation:rule="self.tenant != '_vance' || self.project == '_tenant'",message="the system layer (tenant _vance) must have project _tenant"
 type LeaseDefinitionSpec struct {
 	// leaseName is the name consumers reference (for example tex or browser). Lease names are

@@ -1,4 +1,4 @@
-// Package adminapi serves the manager's operator API, the acting half of specification §9
+// Package adminapi serves the manager's operator API (docs/api.md, "Operator API")
 // that the kubectl lease plugin calls: revoke a holder, revoke every holder of a pod, run a
 // reaper round now, reconcile the counters.
 //

@@ -399,7 +399,7 @@ func TestSweep(t *testing.T) {
 }
 
 // TestPartialRevokeStillDispatchesAndReconcileRepairs: a revoke that deleted the holder and then failed to
-// return its levels (the crash window of §4) has revoked: the handler must run, the answer
+// return its levels (a crash window of docs/design.md) has revoked: the handler must run, the answer
 // says what happened, and reconcile returns the levels.
 func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	uri, err := mongotest.URI()

@@ -20,7 +20,7 @@ const (
 
 // Handler notes of the outputs.
 const (
-	// noHandlerNote is what a forced revocation leaves undone (specification §9).
+	// noHandlerNote is what a forced revocation leaves undone (docs/operations.md, "Revocation").
 	noHandlerNote = "No handler ran (--force bypasses the manager): the slot is free; the holder fails at its next check (LEASE_LOST); " +
 		"a resource in a foreign system (such as the remote MCP session of a dead pod) is left to its own expiry."
 	managerHandlerNote = "The manager runs each holder's type handler through its dispatcher (reason revoke, as a reap); " +

@@ -17,7 +17,7 @@ import (
 
 var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
 
-// The no-handler statement of a forced revocation (specification §9).
+// The no-handler statement of a forced revocation (docs/operations.md, "Revocation").
 var noHandler = []string{
 	"No handler ran",
 	"the slot is free; the holder fails at its next check (LEASE_LOST); a resource in a foreign system (such as the remote MCP session of a dead pod) is left to its own expiry.",

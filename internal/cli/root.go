@@ -1,4 +1,4 @@
-// Package cli is the kubectl plugin `kubectl lease` (specification §9, the operational view):
+// Package cli is the kubectl plugin `kubectl lease` (docs/operations.md, the operational view):
 // it reads and acts through the live API (live.lease.vancetope.io, docs/live-api.md) with
 // the kubeconfig's credentials alone, so RBAC decides which tenants' leases a user sees and
 // revokes, and the manager runs the revocation handlers. --force is the break-glass path

@@ -17,7 +17,7 @@ import (
 //go:embed builtin/*.yaml
 var compiled embed.FS
 
-// document is the YAML form of a definition document (specification §2).
+// document is the YAML form of a definition document (docs/design.md, "Lease definitions").
 type document struct {
 	Name       string  `json:"name"`
 	Resource   *string `json:"resource,omitempty"`

@@ -10,8 +10,8 @@ const (
 	DefaultWait = 10 * time.Second
 )
 
-// NoneReference is the lease reference that disables the lease (specification §2: "none" or
-// empty means no lease).
+// NoneReference is the lease reference that disables the lease ("none" or empty means no
+// lease; docs/design.md, "NOOP").
 const NoneReference = "none"
 
 // InlineResourcePrefix starts the project-private resource of an inline definition:
@@ -41,5 +41,5 @@ type Definition struct {
 }
 
 // NoOp reports whether the definition caps no level: acquisitions succeed without any store
-// traffic (specification §3, NOOP path).
+// traffic (docs/design.md, "NOOP").
 func (d Definition) NoOp() bool { return d.Caps == Caps{} }

@@ -1,4 +1,4 @@
-// Package definition resolves lease definitions (specification §2): it validates layer
+// Package definition resolves lease definitions (docs/design.md): it validates layer
 // documents, merges the built-in, system, tenant and project layers field by field under the
 // field-ownership table, checks inline definitions, and caches the merged result per
 // (tenant, project, name) in a Resolver.

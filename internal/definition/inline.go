@@ -7,8 +7,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// InlineSpec is a lease definition carried inline by a consumer (specification §2, "Inline
-// definition"), decodable from the request JSON. Resource, Levels.Global and Levels.Tenant
+// InlineSpec is a lease definition carried inline by a consumer (docs/design.md, "Inline
+// definitions"), decodable from the request JSON. Resource, Levels.Global and Levels.Tenant
 // exist only so that a request setting them can be rejected by name.
 type InlineSpec struct {
 	Name       string  `json:"name"`

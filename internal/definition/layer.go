@@ -3,9 +3,9 @@ package definition
 // Kind is the layer a document belongs to, widest first.
 type Kind string
 
-// The four layers of specification §2, in merge order.
+// The four layers (docs/design.md, "Four layers, merged per field"), in merge order.
 const (
-	// KindBuiltin is the layer compiled into the binary (the specification's classpath),
+	// KindBuiltin is the layer compiled into the binary,
 	// extended by the --defaults-dir files.
 	KindBuiltin Kind = "builtin"
 	// KindSystem is the operator's overrule: tenant SystemTenant, project TenantProject.
@@ -45,7 +45,7 @@ func AllFields() []Field {
 }
 
 // Owns reports whether a layer of the kind may set the field: the field-ownership table of
-// specification §2.
+// docs/design.md, "Four layers, merged per field".
 //
 //	levels.global                               builtin, system
 //	resource, levels.tenant                     builtin, system, tenant

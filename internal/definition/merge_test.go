@@ -141,7 +141,7 @@ func TestMerge(t *testing.T) {
 }
 
 func TestOwns(t *testing.T) {
-	// The field-ownership table of specification §2, spelled out.
+	// The field-ownership table of docs/design.md, spelled out.
 	want := map[Field][]Kind{
 		FieldLevelsGlobal:  {KindBuiltin, KindSystem},
 		FieldResource:      {KindBuiltin, KindSystem, KindTenant},

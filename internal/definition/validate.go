@@ -17,7 +17,7 @@ const (
 )
 
 var (
-	// Lease names are path segments (specification §2).
+	// Lease names are path segments (docs/design.md, "What a definition says").
 	namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 	// Tenant and project IDs; SystemTenant and TenantProject are checked separately.
 	idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)

@@ -1,4 +1,4 @@
-// Package httpapi serves the admission API over HTTP (ARCHITECTURE.md, "HTTP admission
+// Package httpapi serves the admission API over HTTP (docs/api.md, "Admission
 // API"): acquire, check, payload update, release and the revocation long-poll. The agent
 // (sidecar) serves it on 127.0.0.1 with its own pod as identity; the manager serves it behind
 // a Service and identifies the calling pod itself. Requests are validated before anything is

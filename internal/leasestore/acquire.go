@@ -65,7 +65,7 @@ func validateAcquire(req AcquireRequest) error {
 }
 
 // Acquire makes one attempt to book a slot at every capped level of the request, narrow to
-// wide (specification §4): the holder is written first (PENDING); per level the counter is
+// wide (docs/design.md): the holder is written first (PENDING); per level the counter is
 // incremented by a conditional update and then the key is pushed to the holder; the last
 // push also marks the holder HELD. A full level or a store error rolls the attempt back.
 // Acquire does not wait: a full level returns a *lease.BusyError at once. Once started, an attempt

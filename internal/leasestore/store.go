@@ -16,7 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Collection names of the specification's storage model.
+// Collection names of the storage model (docs/design.md, "Storage").
 const (
 	CountersCollection = "resource_lease_counters"
 	HoldersCollection  = "resource_lease_holders"

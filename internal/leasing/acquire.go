@@ -14,7 +14,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
-// Acquire obtains a lease (specification §3). It validates the request, resolves the
+// Acquire obtains a lease (docs/design.md). It validates the request, resolves the
 // definition (NOOP without store traffic when no lease or no cap applies), and waits for a
 // slot at most min(definition wait, req.Wait, ctx deadline). Errors: *lease.InvalidError,
 // *lease.BusyError, *lease.UnavailableError.

@@ -1,4 +1,4 @@
-// Package leasing is the consumer contract of the lease system (specification §3): acquire
+// Package leasing is the consumer contract of the lease system (docs/design.md): acquire
 // with waiting, check-at-use, payload update and idempotent release, on top of the store
 // (internal/leasestore) and the merged definitions (internal/definition).
 //
@@ -14,7 +14,7 @@
 // (lease.ErrBusy), *lease.UnavailableError (lease.ErrUnavailable, fail closed), *lease.InvalidError (lease.ErrInvalid,
 // naming the field); Check reports lease.ErrLost.
 //
-// Metrics follow specification §8 (internal/metrics). Tenant and user IDs never become
+// Metrics are those of docs/design.md (internal/metrics). Tenant and user IDs never become
 // label values: inline resources are labelled "mcp-inline", and the number of distinct
 // resource labels is bounded.
 package leasing

@@ -8,7 +8,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
-// Check is the check-at-use (specification §3): it touches the lease, so the idle TTL runs
+// Check is the check-at-use (docs/design.md): it touches the lease, so the idle TTL runs
 // from the last use, and fails with lease.ErrLost when the lease was released, reaped or revoked.
 // A store failure is an *lease.UnavailableError.
 func (s *Service) Check(ctx context.Context, token string) error {

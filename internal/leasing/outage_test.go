@@ -103,7 +103,7 @@ func (p *freezeProxy) pipe(dst, src net.Conn) {
 // TestStoreHangDuringTheWaitIsUnavailable: the store stops answering while an acquisition
 // waits for a full level, so the round's probe outlives the remaining wait. The answer is
 // LEASE_UNAVAILABLE, not LEASE_BUSY: busy diagnoses a full level, which a store that does not
-// answer cannot confirm (specification §3).
+// answer cannot confirm (docs/design.md, "Fail closed").
 func TestStoreHangDuringTheWaitIsUnavailable(t *testing.T) {
 	uri, err := mongotest.URI()
 	if err != nil {

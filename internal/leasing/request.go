@@ -10,7 +10,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// Request is one acquisition (specification §3, LeaseRequest).
+// Request is one acquisition (docs/design.md, "The consumer contract").
 type Request struct {
 	// Type is the handler type, set by consumer code; it must have a registered handler.
 	Type string

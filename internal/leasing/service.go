@@ -53,7 +53,7 @@ type TypeRegistry interface {
 }
 
 // RevocationListener receives holders removed by a reap (here: the lazy idle sweep), to run
-// their handlers (specification §5, §6). Implementations must not block the caller; the
+// their handlers (docs/design.md, "Reaping"). Implementations must not block the caller; the
 // service calls it from its own goroutine regardless, so an acquisition never waits for it.
 // The listener counts the holders in vance_lease_reap_total{reason} (the dispatcher does so
 // for every reap path); without a listener the service counts its lazy reaps itself.
@@ -133,7 +133,7 @@ type IdleReaper func(ctx context.Context, resource string) (reaped []lease.Holde
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's
-// dispatch matrix (spec §5, §6).
+// dispatch matrix (docs/design.md, "Revocation and the dispatch matrix").
 func WithIdleReaper(r IdleReaper) Option { return func(c *config) { c.idleReaper = r } }
 
 // Option configures a Service.

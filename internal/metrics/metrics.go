@@ -1,4 +1,4 @@
-// Package metrics defines the lease metrics of specification §8 and registers them with
+// Package metrics defines the lease metrics (docs/design.md) and registers them with
 // controller-runtime's registry, so the manager's metrics endpoint serves them. Labels are
 // low-cardinality: resource names, outcomes and reasons; never tenant or user IDs.
 package metrics

@@ -1,5 +1,5 @@
 // Package podwatch keeps an informer of pods and answers the one liveness question of the
-// lease system (specification §6, LeasePodLiveness): is a holder's pod alive? The sweeper's
+// lease system (docs/design.md, "Reaping"): is a holder's pod alive? The sweeper's
 // pod-dead reap, the revocation dispatcher and the operational views all ask here, so that
 // "alive" has exactly one definition: the pure function Liveness.
 package podwatch

@@ -1,5 +1,5 @@
 // Package revocation sends reaped and revoked holders to the handler of their lease type
-// (specification §6): the dispatch matrix as a pure function (Decide), the Dispatcher that
+// (docs/design.md): the dispatch matrix as a pure function (Decide), the Dispatcher that
 // applies it asynchronously, and the handler registry. The shipped handlers live in
 // revocation/handlers, the forwarder to an agent and the agent's receiver in agentlink.
 //
@@ -44,7 +44,7 @@ type Input struct {
 	Unknown bool
 }
 
-// Decide is the dispatch matrix of specification §6:
+// Decide is the dispatch matrix (docs/design.md, "Revocation and the dispatch matrix"):
 //
 //	holder pod alive, this pod        → handler locally
 //	holder pod alive, another pod     → forward to its agent (failure → as dead)

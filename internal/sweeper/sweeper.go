@@ -1,4 +1,4 @@
-// Package sweeper runs the scheduled reaper round of specification §5: every reap interval
+// Package sweeper runs the scheduled reaper round (docs/design.md, "Reaping"): every reap interval
 // (default 30 s) an idle reap over all resources, a pod-dead reap (holders whose pod is dead
 // by the one liveness predicate) and a reconcile of the counters; and, between rounds, an
 // immediate pod-dead reap for every pod the informer reports deleted or finished, so that a

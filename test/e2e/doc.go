@@ -1,4 +1,4 @@
-// Package e2e holds the whole-system tests (ARCHITECTURE.md, "Testing tiers" 4): the built
+// Package e2e holds the whole-system tests (docs/testing.md, "End to end"): the built
 // manager binary and a `manager agent` process, run as a user runs them, on a local control
 // plane (envtest) and the test store (internal/testutil/mongotest), driven over HTTP.
 //
