@@ -20,7 +20,7 @@ func TestParseDocument(t *testing.T) {
 		want       Layer
 		wantErr    string
 	}{
-		"the specification's example": {
+		"the bundled tex example": {
 			file: "tex.yaml",
 			data: "name: tex\nresource: tex2pdf\nlevels:\n  global: 6\n  tenant: 3\n  project: 1\n  user: 1\nttlSeconds: 120\nwaitMs: 10000\n",
 			want: Layer{Kind: KindBuiltin, Source: "src", Name: "tex", Resource: ptr("tex2pdf"),
