@@ -27,6 +27,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/opsview"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
@@ -222,7 +223,7 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var partial any
 		if ok {
-			partial = RevokeResult{Revoked: true, Holder: HolderViewOf(holder)}
+			partial = opsview.RevokeResult{Revoked: true, Holder: opsview.HolderViewOf(holder)}
 		}
 		h.fail(w, r, err, partial, "revoking holder %s", body.Token)
 		return
@@ -235,7 +236,7 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusNotFound, httpjson.ErrorBody{Error: httpjson.CodeNotFound, Message: msg + " (released, reaped or revoked already?)"})
 		return
 	}
-	httpjson.Write(w, http.StatusOK, RevokeResult{Revoked: true, Holder: HolderViewOf(holder)})
+	httpjson.Write(w, http.StatusOK, opsview.RevokeResult{Revoked: true, Holder: opsview.HolderViewOf(holder)})
 }
 
 func (h *handler) revokePod(w http.ResponseWriter, r *http.Request) {
@@ -251,7 +252,7 @@ func (h *handler) revokePod(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	holders, err := h.store.RevokePod(ctx, body.Namespace, body.Name)
 	h.revoked(ctx, r, holders)
-	res := RevokePodResult{Revoked: len(holders), Holders: holderViews(holders)}
+	res := opsview.RevokePodResult{Revoked: len(holders), Holders: opsview.HolderViews(holders)}
 	if err != nil {
 		h.fail(w, r, err, res, "revoking the holders of pod %s/%s", body.Namespace, body.Name)
 		return

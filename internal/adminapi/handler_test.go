@@ -18,6 +18,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/opsview"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
@@ -38,14 +39,14 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
 	}
-	got := decode[adminapi.RevokeResult](t, rec)
-	want := adminapi.RevokeResult{Revoked: true, Holder: adminapi.HolderView{
+	got := decode[opsview.RevokeResult](t, rec)
+	want := opsview.RevokeResult{Revoked: true, Holder: opsview.HolderView{
 		Token: h.Token, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
 		Tenant: "acme", Project: "p", User: "u", HolderRef: "job-1",
 		Pod: "ns/pod-a", PodUID: "uid-a", PodBound: true, Payload: map[string]string{"jobId": "42"},
 		Levels: []string{"tex2pdf|user|acme/u", "tex2pdf|project|acme/p", "tex2pdf|tenant|acme", "tex2pdf|global|*"},
 	}}
-	if diff := cmp.Diff(want, got, sortStrings, cmpopts.IgnoreFields(adminapi.HolderView{}, "AcquiredAt", "LastSeenAt")); diff != "" {
+	if diff := cmp.Diff(want, got, sortStrings, cmpopts.IgnoreFields(opsview.HolderView{}, "AcquiredAt", "LastSeenAt")); diff != "" {
 		t.Errorf("revoke answer (-want +got):\n%s", diff)
 	}
 	if got.Holder.AcquiredAt.IsZero() || got.Holder.LastSeenAt.IsZero() {
@@ -133,7 +134,7 @@ func TestRevokePodRevokesEveryHolderOfThePod(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("revoke-pod: %d %s", rec.Code, rec.Body)
 	}
-	got := decode[adminapi.RevokePodResult](t, rec)
+	got := decode[opsview.RevokePodResult](t, rec)
 	var gotTokens []string
 	for _, h := range got.Holders {
 		gotTokens = append(gotTokens, h.Token)
@@ -173,7 +174,7 @@ func TestRevokePodRevokesEveryHolderOfThePod(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("second revoke-pod: %d %s", rec.Code, rec.Body)
 	}
-	if diff := cmp.Diff(adminapi.RevokePodResult{Revoked: 0, Holders: []adminapi.HolderView{}}, decode[adminapi.RevokePodResult](t, rec)); diff != "" {
+	if diff := cmp.Diff(opsview.RevokePodResult{Revoked: 0, Holders: []opsview.HolderView{}}, decode[opsview.RevokePodResult](t, rec)); diff != "" {
 		t.Errorf("second revoke-pod (-want +got):\n%s", diff)
 	}
 	if n := len(f.listener.got()); n != 1 {
@@ -345,26 +346,26 @@ func TestSweep(t *testing.T) {
 		err        error
 		wantStatus int
 		wantCode   string
-		want       adminapi.SweepView
+		want       opsview.SweepView
 	}{
 		{
 			name:       "round",
 			res:        sweeper.Result{Idle: 2, Pod: 1, Reconcile: leasestore.ReconcileResult{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
 			wantStatus: http.StatusOK,
-			want:       adminapi.SweepView{Idle: 2, Pod: 1, Reconcile: adminapi.ReconcileView{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
+			want:       opsview.SweepView{Idle: 2, Pod: 1, Reconcile: opsview.ReconcileView{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
 		},
 		{name: "empty object body", body: `{}`, wantStatus: http.StatusOK},
 		{
 			name: "store failed mid-round", res: partial,
 			err:        fmt.Errorf("reaping pods: %w", lease.ErrUnavailable),
 			wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable,
-			want: adminapi.SweepView{Idle: 2, Reconcile: adminapi.ReconcileView{Skipped: 1}},
+			want: opsview.SweepView{Idle: 2, Reconcile: opsview.ReconcileView{Skipped: 1}},
 		},
 		{
 			name: "API server failed mid-round", res: partial,
 			err:        errors.New("confirming pod death: connection refused"),
 			wantStatus: http.StatusInternalServerError, wantCode: httpjson.CodeInternal,
-			want: adminapi.SweepView{Idle: 2, Reconcile: adminapi.ReconcileView{Skipped: 1}},
+			want: opsview.SweepView{Idle: 2, Reconcile: opsview.ReconcileView{Skipped: 1}},
 		},
 	}
 	for _, tc := range cases {
@@ -375,11 +376,11 @@ func TestSweep(t *testing.T) {
 			if rec.Code != tc.wantStatus {
 				t.Fatalf("status %d, want %d: %s", rec.Code, tc.wantStatus, rec.Body)
 			}
-			var got adminapi.SweepView
+			var got opsview.SweepView
 			if tc.err == nil {
-				got = decode[adminapi.SweepView](t, rec)
+				got = decode[opsview.SweepView](t, rec)
 			} else {
-				e := decode[partialError[adminapi.SweepView]](t, rec)
+				e := decode[partialError[opsview.SweepView]](t, rec)
 				if e.Error != tc.wantCode || e.Result == nil {
 					t.Fatalf("error %q with result %v, want %q with the partial round", e.Error, e.Result, tc.wantCode)
 				}
@@ -424,7 +425,7 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	lost := mustAcquire(t, careful.store, request("acme", "u", podA, wide))
 
 	rec := faulty.post(t, adminapi.PathRevoke, fmt.Sprintf(`{"token":%q}`, lost.Token))
-	e := decode[partialError[adminapi.RevokeResult]](t, rec)
+	e := decode[partialError[opsview.RevokeResult]](t, rec)
 	if rec.Code != http.StatusServiceUnavailable || e.Error != httpjson.CodeUnavailable {
 		t.Fatalf("partial revoke: %d %+v", rec.Code, e)
 	}
@@ -442,20 +443,20 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	reconcileCases := []struct {
 		name  string
 		f     *fixture
-		want  adminapi.ReconcileView
+		want  opsview.ReconcileView
 		state [2]int
 	}{
-		{"inside the safety margin", careful, adminapi.ReconcileView{Skipped: 4}, [2]int{2, 1}},
-		{"after the safety margin, first sighting", eager, adminapi.ReconcileView{Skipped: 4}, [2]int{2, 1}},
-		{"after the safety margin, confirmed", eager, adminapi.ReconcileView{Corrected: 4}, [2]int{1, 1}},
-		{"nothing left to do", eager, adminapi.ReconcileView{}, [2]int{1, 1}},
+		{"inside the safety margin", careful, opsview.ReconcileView{Skipped: 4}, [2]int{2, 1}},
+		{"after the safety margin, first sighting", eager, opsview.ReconcileView{Skipped: 4}, [2]int{2, 1}},
+		{"after the safety margin, confirmed", eager, opsview.ReconcileView{Corrected: 4}, [2]int{1, 1}},
+		{"nothing left to do", eager, opsview.ReconcileView{}, [2]int{1, 1}},
 	}
 	for _, tc := range reconcileCases {
 		rec := tc.f.post(t, adminapi.PathReconcile, "")
 		if rec.Code != http.StatusOK {
 			t.Fatalf("%s: reconcile %d %s", tc.name, rec.Code, rec.Body)
 		}
-		if diff := cmp.Diff(tc.want, decode[adminapi.ReconcileView](t, rec)); diff != "" {
+		if diff := cmp.Diff(tc.want, decode[opsview.ReconcileView](t, rec)); diff != "" {
 			t.Errorf("%s: reconcile (-want +got):\n%s", tc.name, diff)
 		}
 		for key, v := range counters(t, careful.store) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/opsview"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
@@ -80,97 +80,12 @@ func (b revokePodBody) validate() error {
 // emptyBody is the (optional) body of sweep and reconcile: nothing, or {}.
 type emptyBody struct{}
 
-// HolderView is a revoked holder as the admin API shows it.
-type HolderView struct {
-	Token     string `json:"token"`
-	State     string `json:"state"`
-	Lease     string `json:"lease"`
-	Resource  string `json:"resource"`
-	Type      string `json:"type"`
-	Tenant    string `json:"tenant"`
-	Project   string `json:"project"`
-	User      string `json:"user,omitempty"`
-	HolderRef string `json:"holderRef,omitempty"`
-	// Pod is namespace/name; empty for a holder without a pod.
-	Pod      string            `json:"pod,omitempty"`
-	PodUID   string            `json:"podUID,omitempty"`
-	PodBound bool              `json:"podBound"`
-	Payload  map[string]string `json:"payload,omitempty"`
-	// Levels are the counter keys the holder had booked and that were returned.
-	Levels     []string  `json:"levels"`
-	AcquiredAt time.Time `json:"acquiredAt,omitzero"`
-	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
+func reconcileView(r leasestore.ReconcileResult) opsview.ReconcileView {
+	return opsview.ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Created: r.Created, Skipped: r.Skipped}
 }
 
-// HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
-func HolderViewOf(h lease.Holder) HolderView {
-	levels := h.Levels
-	if levels == nil {
-		levels = []string{}
-	}
-	return HolderView{
-		Token:      h.Token,
-		State:      string(h.State),
-		Lease:      h.LeaseName,
-		Resource:   h.Resource,
-		Type:       h.Type,
-		Tenant:     h.Tenant,
-		Project:    h.Project,
-		User:       h.User,
-		HolderRef:  h.HolderRef,
-		Pod:        h.Pod.String(),
-		PodUID:     h.Pod.UID,
-		PodBound:   h.PodBound,
-		Payload:    h.Payload,
-		Levels:     levels,
-		AcquiredAt: h.AcquiredAt.UTC(),
-		LastSeenAt: h.LastSeenAt.UTC(),
-	}
-}
-
-func holderViews(hs []lease.Holder) []HolderView {
-	out := make([]HolderView, 0, len(hs))
-	for _, h := range hs {
-		out = append(out, HolderViewOf(h))
-	}
-	return out
-}
-
-// RevokeResult is the answer of revoke.
-type RevokeResult struct {
-	Revoked bool       `json:"revoked"`
-	Holder  HolderView `json:"holder"`
-}
-
-// RevokePodResult is the answer of revoke-pod; Revoked is len(Holders), 0 when the pod held
-// nothing.
-type RevokePodResult struct {
-	Revoked int          `json:"revoked"`
-	Holders []HolderView `json:"holders"`
-}
-
-// ReconcileView is the answer of reconcile (leasestore.ReconcileResult).
-type ReconcileView struct {
-	Corrected int `json:"corrected"`
-	Deleted   int `json:"deleted"`
-	Created   int `json:"created"`
-	Skipped   int `json:"skipped"`
-}
-
-func reconcileView(r leasestore.ReconcileResult) ReconcileView {
-	return ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Created: r.Created, Skipped: r.Skipped}
-}
-
-// SweepView is the answer of sweep (sweeper.Result): holders reaped idle, holders of dead
-// pods reaped, and the reconcile of the round.
-type SweepView struct {
-	Idle      int           `json:"idle"`
-	Pod       int           `json:"pod"`
-	Reconcile ReconcileView `json:"reconcile"`
-}
-
-func sweepView(r sweeper.Result) SweepView {
-	return SweepView{Idle: r.Idle, Pod: r.Pod, Reconcile: reconcileView(r.Reconcile)}
+func sweepView(r sweeper.Result) opsview.SweepView {
+	return opsview.SweepView{Idle: r.Idle, Pod: r.Pod, Reconcile: reconcileView(r.Reconcile)}
 }
 
 // decode reads a JSON body strictly (see httpjson.Decode). With required false an empty

@@ -11,20 +11,20 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 // holderJSON is a holder in -o json: the operator API's view plus the TTL.
 type holderJSON struct {
-	adminapi.HolderView
+	opsview.HolderView
 	// TTLSeconds is the idle time after the last check after which the holder is reaped.
 	TTLSeconds float64 `json:"ttlSeconds"`
 }
 
 func toHolderJSON(h lease.Holder) holderJSON {
-	return holderJSON{HolderView: adminapi.HolderViewOf(h), TTLSeconds: h.TTL.Seconds()}
+	return holderJSON{HolderView: opsview.HolderViewOf(h), TTLSeconds: h.TTL.Seconds()}
 }
 
 func newListCommand(o *options) *cobra.Command {

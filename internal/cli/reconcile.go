@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
-	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 func newSweepCommand(o *options) *cobra.Command {
@@ -42,7 +42,7 @@ in the system namespace).`,
 			if err := lc.create(ctx, livev1alpha1.ResourceSweeps, req, &sw); err != nil {
 				return err
 			}
-			res := adminapi.SweepView{Idle: int(sw.Result.Idle), Pod: int(sw.Result.Pod), Reconcile: reconcileViewOf(sw.Result.Reconcile)}
+			res := opsview.SweepView{Idle: int(sw.Result.Idle), Pod: int(sw.Result.Pod), Reconcile: reconcileViewOf(sw.Result.Reconcile)}
 			if out.json() {
 				return writeJSON(o.streams.Out, res)
 			}
@@ -59,7 +59,7 @@ in the system namespace).`,
 
 // reconcileJSON is the -o json answer of reconcile.
 type reconcileJSON struct {
-	adminapi.ReconcileView
+	opsview.ReconcileView
 	Via string `json:"via"`
 }
 
@@ -172,12 +172,12 @@ const confirmSlack = 100 * time.Millisecond
 // reconcileDirect runs the store's reconcile, and when counters above their booked holders
 // (older than the safety margin) are left, waits confirm and runs the confirming pass that
 // lowers them. progress gets a note before the wait.
-func reconcileDirect(ctx context.Context, s *store, safety, confirm time.Duration, progress io.Writer) (adminapi.ReconcileView, error) {
+func reconcileDirect(ctx context.Context, s *store, safety, confirm time.Duration, progress io.Writer) (opsview.ReconcileView, error) {
 	first, err := s.Reconcile(ctx)
 	if err != nil {
-		return adminapi.ReconcileView{}, s.wrap("reconciling", err)
+		return opsview.ReconcileView{}, s.wrap("reconciling", err)
 	}
-	res := adminapi.ReconcileView{Corrected: first.Corrected, Deleted: first.Deleted, Created: first.Created, Skipped: first.Skipped}
+	res := opsview.ReconcileView{Corrected: first.Corrected, Deleted: first.Deleted, Created: first.Created, Skipped: first.Skipped}
 	if first.Skipped == 0 {
 		return res, nil
 	}
@@ -230,7 +230,7 @@ func pendingLowerings(ctx context.Context, s *store, safety time.Duration) (int,
 	return n, nil
 }
 
-func printReconcile(p *printer, prefix string, r adminapi.ReconcileView) {
+func printReconcile(p *printer, prefix string, r opsview.ReconcileView) {
 	p.printf("%s %d corrected, %d recreated, %d deleted (no holder books them), %d skipped\n",
 		prefix, r.Corrected, r.Created, r.Deleted, r.Skipped)
 	if r.Skipped > 0 {
@@ -239,6 +239,6 @@ func printReconcile(p *printer, prefix string, r adminapi.ReconcileView) {
 	}
 }
 
-func reconcileViewOf(r livev1alpha1.ReconcileResult) adminapi.ReconcileView {
-	return adminapi.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Created: int(r.Created), Skipped: int(r.Skipped)}
+func reconcileViewOf(r livev1alpha1.ReconcileResult) opsview.ReconcileView {
+	return opsview.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Created: int(r.Created), Skipped: int(r.Skipped)}
 }

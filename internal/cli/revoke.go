@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
-	"github.com/vancetope/lease-operator/internal/adminapi"
+	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 // How a revocation was carried out (the "via" of -o json).
@@ -29,7 +29,7 @@ const (
 
 // revokeJSON is the -o json answer of revoke.
 type revokeJSON struct {
-	adminapi.RevokeResult
+	opsview.RevokeResult
 	Via string `json:"via"`
 	// Handlers says whether the type's handler was dispatched.
 	Handlers string `json:"handlers"`
@@ -37,7 +37,7 @@ type revokeJSON struct {
 
 // revokePodJSON is the -o json answer of revoke-pod.
 type revokePodJSON struct {
-	adminapi.RevokePodResult
+	opsview.RevokePodResult
 	Via      string `json:"via"`
 	Handlers string `json:"handlers"`
 }
@@ -87,7 +87,7 @@ MCP session of a dead pod) is left to its own expiry.`,
 				}
 				if ok {
 					res := revokeJSON{
-						RevokeResult: adminapi.RevokeResult{Revoked: true, Holder: toHolderJSON(h).HolderView},
+						RevokeResult: opsview.RevokeResult{Revoked: true, Holder: toHolderJSON(h).HolderView},
 						Via:          viaStore, Handlers: noHandlerNote,
 					}
 					if werr := o.printRevoked(out, res, "directly in MongoDB (database "+s.db+")", err != nil); werr != nil {
@@ -116,7 +116,7 @@ MCP session of a dead pod) is left to its own expiry.`,
 				return err
 			}
 			res := revokeJSON{
-				RevokeResult: adminapi.RevokeResult{Revoked: true, Holder: toHolderJSON(holderOf(gone)).HolderView},
+				RevokeResult: opsview.RevokeResult{Revoked: true, Holder: toHolderJSON(holderOf(gone)).HolderView},
 				Via:          viaManager, Handlers: managerHandlerNote,
 			}
 			return o.printRevoked(out, res, "through the live API (namespace "+found.Namespace+")", false)
@@ -152,7 +152,7 @@ func (o *options) printRevoked(out outputFlag, res revokeJSON, how string, faile
 	return p.done()
 }
 
-func describeHolderView(h adminapi.HolderView) string {
+func describeHolderView(h opsview.HolderView) string {
 	s := fmt.Sprintf("type %s, resource %s, tenant %s, project %s", h.Type, h.Resource, h.Tenant, h.Project)
 	if h.User != "" {
 		s += ", user " + h.User
@@ -206,12 +206,12 @@ operator's decision, and the manager runs each holder's handler through its disp
 				}
 				defer s.close()
 				holders, err := s.RevokePod(ctx, ns, name)
-				views := make([]adminapi.HolderView, 0, len(holders))
+				views := make([]opsview.HolderView, 0, len(holders))
 				for _, h := range holders {
 					views = append(views, toHolderJSON(h).HolderView)
 				}
 				res := revokePodJSON{
-					RevokePodResult: adminapi.RevokePodResult{Revoked: len(views), Holders: views},
+					RevokePodResult: opsview.RevokePodResult{Revoked: len(views), Holders: views},
 					Via:             viaStore, Handlers: noHandlerNote,
 				}
 				if err != nil && len(holders) == 0 {
@@ -239,12 +239,12 @@ operator's decision, and the manager runs each holder's handler through its disp
 			if err := lc.create(ctx, livev1alpha1.ResourcePodRevocations, req, &res); err != nil {
 				return err
 			}
-			views := make([]adminapi.HolderView, 0, len(res.Holders))
+			views := make([]opsview.HolderView, 0, len(res.Holders))
 			for _, h := range res.Holders {
 				views = append(views, toHolderJSON(holderOf(h)).HolderView)
 			}
 			return o.printRevokedPod(out, args[0], revokePodJSON{
-				RevokePodResult: adminapi.RevokePodResult{Revoked: len(views), Holders: views},
+				RevokePodResult: opsview.RevokePodResult{Revoked: len(views), Holders: views},
 				Via:             viaManager, Handlers: managerHandlerNote,
 			}, "through the live API")
 		},
@@ -257,7 +257,7 @@ operator's decision, and the manager runs each holder's handler through its disp
 func (o *options) printRevokedPod(out outputFlag, pod string, res revokePodJSON, how string) error {
 	if out.json() {
 		if res.Holders == nil {
-			res.Holders = []adminapi.HolderView{}
+			res.Holders = []opsview.HolderView{}
 		}
 		return writeJSON(o.streams.Out, res)
 	}

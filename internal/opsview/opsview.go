@@ -1,0 +1,97 @@
+// Package opsview holds the wire shapes of the operator's views: a holder, and the answers
+// of revoke, revoke-pod, sweep and reconcile, as the operator API serves them and as
+// kubectl lease prints them with -o json. It imports only the domain types, so the plugin
+// links none of the manager's machinery for them.
+package opsview
+
+import (
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+)
+
+// HolderView is a holder as the operator's tools show it.
+type HolderView struct {
+	Token     string `json:"token"`
+	State     string `json:"state"`
+	Lease     string `json:"lease"`
+	Resource  string `json:"resource"`
+	Type      string `json:"type"`
+	Tenant    string `json:"tenant"`
+	Project   string `json:"project"`
+	User      string `json:"user,omitempty"`
+	HolderRef string `json:"holderRef,omitempty"`
+	// Pod is namespace/name; empty for a holder without a pod.
+	Pod      string            `json:"pod,omitempty"`
+	PodUID   string            `json:"podUID,omitempty"`
+	PodBound bool              `json:"podBound"`
+	Payload  map[string]string `json:"payload,omitempty"`
+	// Levels are the counter keys the holder had booked and that were returned.
+	Levels     []string  `json:"levels"`
+	AcquiredAt time.Time `json:"acquiredAt,omitzero"`
+	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
+}
+
+// HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
+func HolderViewOf(h lease.Holder) HolderView {
+	levels := h.Levels
+	if levels == nil {
+		levels = []string{}
+	}
+	return HolderView{
+		Token:      h.Token,
+		State:      string(h.State),
+		Lease:      h.LeaseName,
+		Resource:   h.Resource,
+		Type:       h.Type,
+		Tenant:     h.Tenant,
+		Project:    h.Project,
+		User:       h.User,
+		HolderRef:  h.HolderRef,
+		Pod:        h.Pod.String(),
+		PodUID:     h.Pod.UID,
+		PodBound:   h.PodBound,
+		Payload:    h.Payload,
+		Levels:     levels,
+		AcquiredAt: h.AcquiredAt.UTC(),
+		LastSeenAt: h.LastSeenAt.UTC(),
+	}
+}
+
+// HolderViews renders holders with HolderViewOf.
+func HolderViews(hs []lease.Holder) []HolderView {
+	out := make([]HolderView, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, HolderViewOf(h))
+	}
+	return out
+}
+
+// RevokeResult is the answer of revoke.
+type RevokeResult struct {
+	Revoked bool       `json:"revoked"`
+	Holder  HolderView `json:"holder"`
+}
+
+// RevokePodResult is the answer of revoke-pod; Revoked is len(Holders), 0 when the pod held
+// nothing.
+type RevokePodResult struct {
+	Revoked int          `json:"revoked"`
+	Holders []HolderView `json:"holders"`
+}
+
+// ReconcileView is the answer of reconcile (the store's ReconcileResult).
+type ReconcileView struct {
+	Corrected int `json:"corrected"`
+	Deleted   int `json:"deleted"`
+	Created   int `json:"created"`
+	Skipped   int `json:"skipped"`
+}
+
+// SweepView is the answer of sweep (the sweeper's Result): holders reaped idle, holders of dead
+// pods reaped, and the reconcile of the round.
+type SweepView struct {
+	Idle      int           `json:"idle"`
+	Pod       int           `json:"pod"`
+	Reconcile ReconcileView `json:"reconcile"`
+}
