@@ -366,7 +366,7 @@ func (s *Service) poll(ctx context.Context, req leasestore.AcquireRequest, remai
 		b.Err = ctx.Err()
 		return lease.Holder{}, &b, nil
 	}
-	return h, busy, nil
+	return h, busy, err
 }
 
 // outcome sorts the result of one store attempt: success (nil, nil), busy (diagnosis,
