@@ -66,13 +66,11 @@ tenant and is left out.`,
 				}
 				f.Level = l
 			}
-			ctx, cancel := o.withTimeout(cmd.Context())
-			defer cancel()
-			r, err := o.reader(force)
+			ctx, r, done, err := o.openReader(cmd.Context(), force)
 			if err != nil {
 				return err
 			}
-			defer r.close()
+			defer done()
 			counters, err := r.counters(ctx, f)
 			if err != nil {
 				return err

@@ -55,13 +55,11 @@ a holder idle longer than its TTL is reaped by the next sweep.`,
 					return fmt.Errorf("--pod: %w", err)
 				}
 			}
-			ctx, cancel := o.withTimeout(cmd.Context())
-			defer cancel()
-			r, err := o.reader(force)
+			ctx, r, done, err := o.openReader(cmd.Context(), force)
 			if err != nil {
 				return err
 			}
-			defer r.close()
+			defer done()
 			holders, err := r.holders(ctx, f)
 			if err != nil {
 				return err
@@ -148,13 +146,11 @@ func newShowCommand(o *options) *cobra.Command {
 			if err := validToken(token); err != nil {
 				return err
 			}
-			ctx, cancel := o.withTimeout(cmd.Context())
-			defer cancel()
-			r, err := o.reader(force)
+			ctx, r, done, err := o.openReader(cmd.Context(), force)
 			if err != nil {
 				return err
 			}
-			defer r.close()
+			defer done()
 			h, err := r.holder(ctx, token)
 			if err != nil {
 				return err

@@ -289,6 +289,18 @@ type reader interface {
 }
 
 // reader opens the live API, or with force the store.
+// openReader opens the reader of a read command (the live API, or with force the store) under
+// the command's timeout; done closes both.
+func (o *options) openReader(ctx context.Context, force bool) (context.Context, reader, func(), error) {
+	ctx, cancel := o.withTimeout(ctx)
+	r, err := o.reader(force)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, r, func() { r.close(); cancel() }, nil
+}
+
 func (o *options) reader(force bool) (reader, error) {
 	if force {
 		s, err := o.openStore()
