@@ -122,7 +122,8 @@ func runAgent(args []string) error {
 	if f.managerURL != "" {
 		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
 	}
-	svc := leasing.NewService(store, resolver, registry, dispatcher, realClock, m, svcOpts...)
+	svcOpts = append(svcOpts, leasing.WithRevocationListener(dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(m))
+	svc := leasing.NewService(store, resolver, registry, svcOpts...)
 	wt.startNotifier(ctx, store)
 
 	api := routes(routeHandlers{

@@ -199,7 +199,8 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 		log.Info("Running without a pod identity (outside a cluster?)", "reason", err.Error())
 		self = lease.PodRef{}
 	}
-	watcher, err := podwatch.New(mgr.GetConfig(), podwatch.Options{Self: self, Namespaces: splitList(f.namespaces), Logger: ctrl.Log.WithName("podwatch")})
+	watcher, err := podwatch.New(mgr.GetConfig(), podwatch.WithSelf(self), podwatch.WithNamespaces(splitList(f.namespaces)...),
+		podwatch.WithLogger(ctrl.Log.WithName("podwatch")))
 	if err != nil {
 		return revocationParts{}, err
 	}
@@ -226,7 +227,8 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 // setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver, the agents' sweep relay
 // and the operator API on --api-bind-address.
 func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts, wt waiting) error {
-	svc := leasing.NewService(store, resolver, rev.registry, rev.dispatcher, realClock, rev.metrics, wt.serviceOptions()...)
+	svc := leasing.NewService(store, resolver, rev.registry, append(wt.serviceOptions(),
+		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
 	wt.startNotifier(ctx, store)
 	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
 	mux := routes(routeHandlers{

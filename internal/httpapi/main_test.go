@@ -136,7 +136,7 @@ func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
 	})
 	e.metrics = metrics.New(prometheus.NewRegistry())
 	e.svc = leasing.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
-		leasing.NewStaticTypes("tex", "mcp"), nil, nil, e.metrics)
+		leasing.NewStaticTypes("tex", "mcp"), leasing.WithMetrics(e.metrics))
 	e.srv = httptest.NewServer(openapitest.Conformance(t, httpapi.NewHandler(e.svc, o.httpOpts...)))
 	t.Cleanup(e.srv.Close)
 	return e

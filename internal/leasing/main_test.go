@@ -202,8 +202,8 @@ func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
 	if o.noListener {
 		l = nil
 	}
-	e.svc = leasing.NewService(s, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex", "mcp"),
-		l, o.clock, e.metrics, o.svcOpts...)
+	svcOpts := append([]leasing.Option{leasing.WithRevocationListener(l), leasing.WithClock(o.clock), leasing.WithMetrics(e.metrics)}, o.svcOpts...)
+	e.svc = leasing.NewService(s, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex", "mcp"), svcOpts...)
 	return e
 }
 

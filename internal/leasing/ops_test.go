@@ -283,7 +283,7 @@ func TestTokenLabelsNeedNoStoreRead(t *testing.T) {
 		t.Errorf("check{tex2pdf,ok} = %v, want 1", got)
 	}
 	// Another process (service) did not hand out the token: label unknown.
-	other := leasing.NewService(e.store, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex"), nil, nil, e.metrics)
+	other := leasing.NewService(e.store, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex"), leasing.WithMetrics(e.metrics))
 	if err := other.Check(ctxT(t), l.Token); err != nil {
 		t.Fatal(err)
 	}

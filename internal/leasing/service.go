@@ -114,6 +114,9 @@ const (
 )
 
 type config struct {
+	listener       RevocationListener
+	clock          clock.WithTicker
+	metrics        *metrics.Metrics
 	safety         time.Duration
 	queue          *waitq.Queue
 	fairness       Fairness
@@ -135,6 +138,16 @@ type IdleReaper func(ctx context.Context, resource string) (reaped []lease.Holde
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's
 // dispatch matrix (docs/design.md, "Revocation and the dispatch matrix").
 func WithIdleReaper(r IdleReaper) Option { return func(c *config) { c.idleReaper = r } }
+
+// WithRevocationListener hands the holders a lazy sweep reaps to l (the dispatcher); without
+// one a reap is only counted and logged.
+func WithRevocationListener(l RevocationListener) Option { return func(c *config) { c.listener = l } }
+
+// WithClock sets the clock of waiting and the sweep gate (tests use a fake); default real.
+func WithClock(clk clock.WithTicker) Option { return func(c *config) { c.clock = clk } }
+
+// WithMetrics sets where the service counts; default unregistered metrics.
+func WithMetrics(m *metrics.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // Option configures a Service.
 type Option func(*config)
@@ -181,10 +194,10 @@ type Service struct {
 	dispatching sync.WaitGroup
 }
 
-// NewService builds the admission service. listener may be nil (a reap is then only
-// logged); clk nil is the real clock; m nil gives unregistered metrics.
-func NewService(store Store, resolver Resolver, types TypeRegistry, listener RevocationListener,
-	clk clock.WithTicker, m *metrics.Metrics, opts ...Option) *Service {
+// NewService builds the admission service over its required collaborators; the revocation
+// listener, the clock and the metrics are options (WithRevocationListener, WithClock,
+// WithMetrics).
+func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Option) *Service {
 	cfg := config{
 		safety:         DefaultSafetyTimer,
 		fairness:       FairProcess,
@@ -206,6 +219,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, listener Rev
 	if cfg.queue == nil {
 		cfg.queue = waitq.New()
 	}
+	clk, m, listener := cfg.clock, cfg.metrics, cfg.listener
 	if clk == nil {
 		clk = clock.RealClock{}
 	}

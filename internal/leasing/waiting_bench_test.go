@@ -80,8 +80,7 @@ func startBenchProcesses(b *testing.B, n int, fairness leasing.Fairness, cmds *s
 				b.Fatal(err)
 			}
 		}
-		svc := leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), nil, nil,
-			metrics.New(prometheus.NewRegistry()), leasing.WithWaitQueue(q), leasing.WithFairness(fairness))
+		svc := leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), leasing.WithMetrics(metrics.New(prometheus.NewRegistry())), leasing.WithWaitQueue(q), leasing.WithFairness(fairness))
 		notifier := leasestore.NewNotifier(s, func(keys []string) {
 			lastDelivery.Store(time.Now().UnixNano())
 			q.Notified(keys)

@@ -91,8 +91,8 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		if o.safety > 0 {
 			svcOpts = append(svcOpts, leasing.WithSafetyTimer(o.safety))
 		}
-		p.svc = leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), nil, nil,
-			metrics.New(prometheus.NewRegistry()), svcOpts...)
+		p.svc = leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"),
+			append(svcOpts, leasing.WithMetrics(metrics.New(prometheus.NewRegistry())))...)
 		ctx, cancel := context.WithCancel(context.Background())
 		p.stop = cancel
 		if o.noNotifier {

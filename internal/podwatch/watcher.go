@@ -29,8 +29,8 @@ const indexPodIP = "lease.vancetope.io/podIP"
 // ReasonUnknown is returned by Status when the cache could not be read (not started yet).
 const ReasonUnknown = "Unknown"
 
-// Options configures a Watcher.
-type Options struct {
+// options are what the Options of New set.
+type options struct {
 	// Self is the pod this process runs in (from the downward API); it is always alive.
 	Self lease.PodRef
 	// Namespaces restricts the watch to these namespaces; empty watches all of them.
@@ -46,6 +46,25 @@ type Options struct {
 	// Logger (default: discard).
 	Logger logr.Logger
 }
+
+// Option configures a Watcher.
+type Option func(*options)
+
+// WithSelf names the pod this process runs in (from the downward API); it is always alive.
+func WithSelf(pod lease.PodRef) Option { return func(o *options) { o.Self = pod } }
+
+// WithNamespaces restricts the watch to these namespaces; none watches all of them.
+func WithNamespaces(ns ...string) Option { return func(o *options) { o.Namespaces = ns } }
+
+// WithLabelSelector restricts the watch to matching pods (see options.LabelSelector for why
+// the default is every pod).
+func WithLabelSelector(sel labels.Selector) Option { return func(o *options) { o.LabelSelector = sel } }
+
+// WithClock sets the clock of terminating pods' deletion deadlines (default: real clock).
+func WithClock(clk clock.PassiveClock) Option { return func(o *options) { o.Clock = clk } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(log logr.Logger) Option { return func(o *options) { o.Logger = log } }
 
 // Watcher is the pod informer: a controller-runtime cache of stripped pods (StripPod) with
 // an index by pod IP, plus an uncached reader to confirm a death before anything is reaped.
@@ -72,7 +91,11 @@ var (
 
 // New builds a Watcher for the cluster of cfg. It does not contact the API server until
 // Start. RBAC: get, list, watch on pods (in the watched namespaces).
-func New(cfg *rest.Config, opts Options) (*Watcher, error) {
+func New(cfg *rest.Config, opt ...Option) (*Watcher, error) {
+	var opts options
+	for _, o := range opt {
+		o(&opts)
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
@@ -96,7 +119,7 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 	return newWatcher(context.Background(), c, api, opts)
 }
 
-func newWatcher(ctx context.Context, c cache.Cache, api client.Reader, opts Options) (*Watcher, error) {
+func newWatcher(ctx context.Context, c cache.Cache, api client.Reader, opts options) (*Watcher, error) {
 	w := &Watcher{cache: c, api: api, self: opts.Self, ns: opts.Namespaces, clock: opts.Clock, log: opts.Logger}
 	if w.clock == nil {
 		w.clock = clock.RealClock{}

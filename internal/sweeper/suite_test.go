@@ -161,7 +161,7 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 	f.metrics = metrics.New(f.registry)
 	f.clock = testingclock.NewFakeClock(time.Now())
 
-	f.watcher, err = podwatch.New(cfg, podwatch.Options{Self: f.self, Namespaces: []string{f.ns}, Logger: GinkgoLogr})
+	f.watcher, err = podwatch.New(cfg, podwatch.WithSelf(f.self), podwatch.WithNamespaces(f.ns), podwatch.WithLogger(GinkgoLogr))
 	Expect(err).NotTo(HaveOccurred())
 	registry := handlers.NewDefaultRegistry(f.selfHub,
 		handlers.ClientSecretReader{Reader: k8sClient}, nil)

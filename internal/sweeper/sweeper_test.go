@@ -171,8 +171,8 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		f.serveAgent(pod)
 		// A replica whose informer does not have the pod (here: outside its selector; in
 		// production: a pod created a moment ago, or in a namespace it does not watch).
-		blind, err := podwatch.New(cfg, podwatch.Options{Self: f.self, Namespaces: []string{f.ns},
-			LabelSelector: labels.SelectorFromSet(labels.Set{"app": "none"})})
+		blind, err := podwatch.New(cfg, podwatch.WithSelf(f.self), podwatch.WithNamespaces(f.ns),
+			podwatch.WithLabelSelector(labels.SelectorFromSet(labels.Set{"app": "none"})))
 		Expect(err).NotTo(HaveOccurred())
 		disp := revocation.NewDispatcher(blind, f.self, handlers.NewDefaultRegistry(nil, handlers.ClientSecretReader{Reader: k8sClient}, nil),
 			revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
@@ -359,7 +359,7 @@ var _ = Describe("Pod watch", func() {
 	It("identifies a caller the informer has not seen yet from the API server, and never guesses", func(ctx SpecContext) {
 		f := newFixture(ctx, fixtureOptions{})
 		// A watcher whose informer lags: it was never started, so every cache read misses.
-		lagging, err := podwatch.New(cfg, podwatch.Options{})
+		lagging, err := podwatch.New(cfg)
 		Expect(err).NotTo(HaveOccurred())
 		fresh := f.createPod(ctx, "fresh", "10.9.2.1")
 

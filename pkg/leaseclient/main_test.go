@@ -73,7 +73,7 @@ func newEnv(t *testing.T, o envOpts, clientOpts ...leaseclient.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := leasing.NewService(s, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex", "mcp"), nil, nil, nil)
+	svc := leasing.NewService(s, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex", "mcp"))
 	hub := notify.NewHub(time.Minute, testingclock.NewFakeClock(time.Now()))
 	// Every exchange is also checked against the OpenAPI document: the client sends only
 	// what the document allows.

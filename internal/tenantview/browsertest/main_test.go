@@ -72,7 +72,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	svc := leasing.NewService(store, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex"), nil, nil, nil)
+	svc := leasing.NewService(store, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex"))
 	adm := httptest.NewServer(httpapi.NewHandler(svc))
 	defer adm.Close()
 	admission = adm.URL
