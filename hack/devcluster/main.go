@@ -24,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -146,11 +147,35 @@ func applyDir(cfg *rest.Config, dir string) error {
 		if namespaced && u.GetNamespace() == "" {
 			u.SetNamespace("default")
 		}
-		if err := c.Create(context.Background(), u); err != nil {
+		err = c.Create(context.Background(), u)
+		if apierrors.IsAlreadyExists(err) && u.GetKind() == "Namespace" {
+			// The live API's registration may have created the system namespace already;
+			// the manifest's labels still apply.
+			err = mergeLabels(c, u)
+		}
+		if err != nil {
 			return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), dir, err)
 		}
 	}
 	return nil
+}
+
+// mergeLabels adds u's labels to the existing object of the same name.
+func mergeLabels(c client.Client, u *unstructured.Unstructured) error {
+	existing := &unstructured.Unstructured{}
+	existing.SetGroupVersionKind(u.GroupVersionKind())
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(u), existing); err != nil {
+		return err
+	}
+	labels := existing.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for k, v := range u.GetLabels() {
+		labels[k] = v
+	}
+	existing.SetLabels(labels)
+	return c.Update(context.Background(), existing)
 }
 
 func rank(u *unstructured.Unstructured) int {
