@@ -110,7 +110,11 @@ func (r *LeaseDefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if equality.Semantic.DeepEqual(ld.Status, status) {
 		return ctrl.Result{}, nil
 	}
-	patch := client.MergeFrom(ld.DeepCopy())
+	// The copy read from the cache can lag behind this controller's own last write. A patch
+	// computed against it would leave out every field the stale copy happens to share with
+	// the new status, and the server's value of it would stay; the optimistic lock refuses
+	// such a patch instead (a conflict, retried once the cache has caught up).
+	patch := client.MergeFromWithOptions(ld.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	ld.Status = status
 	if err := r.client.Status().Patch(ctx, &ld, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("patching the status of %s: %w", req.NamespacedName, err)
@@ -121,15 +125,18 @@ func (r *LeaseDefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager registers the controller: an object is reconciled when it changes, when
-// a document its scope depends on changes (definition.LayerKey.Affects), and when the tenant
-// label of a namespace holding it or such a document changes. Status-only updates are
-// filtered out.
+// SetupWithManager registers the controller: an object is reconciled when it changes (its
+// status included), when a document its scope depends on changes (definition.LayerKey.Affects),
+// and when the tenant label of a namespace holding it or such a document changes. A status
+// update of the object itself is let through on purpose: a reconcile that found the stale
+// cached status equal to the one it computed wrote nothing, and the server may hold another
+// one; the update that brings the cache up to date is what reconciles it again (and is a
+// no-op when the status is right). Status updates of other objects are filtered out.
 func (r *LeaseDefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("leasedefinition").
-		For(&leasev1alpha1.LeaseDefinition{}, specChanged).
+		For(&leasev1alpha1.LeaseDefinition{}).
 		Watches(&leasev1alpha1.LeaseDefinition{}, handler.EnqueueRequestsFromMapFunc(r.dependents), specChanged).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceDocuments), builder.WithPredicates(tenantChanged())).
 		Complete(r)

@@ -274,6 +274,29 @@ var _ = Describe("LeaseDefinition", func() {
 		expectStatus(ctx, first, haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved))
 	})
 
+	It("puts back a status that another write changed", func(ctx SpecContext) {
+		// The controller compares its verdict with the status its cache shows; a status that
+		// changes under it must bring it back, or a write computed from a stale copy stays.
+		system := create(ctx, newDef(systemNS, ns+"-system", ns, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+			s.Levels = levels(4, 0, 0, 0)
+		}))
+		resolved := func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
+			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
+			g.Expect(st.Effective).NotTo(BeNil())
+		}
+		expectStatus(ctx, system, resolved)
+		Eventually(func(g Gomega) {
+			var cur leasev1alpha1.LeaseDefinition
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(system), &cur)).To(Succeed())
+			cur.Status.Effective = nil
+			meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: leasev1alpha1.ConditionReady,
+				Status: metav1.ConditionFalse, Reason: leasev1alpha1.ReasonConflict, Message: "written by a stale reconcile",
+				ObservedGeneration: cur.Generation})
+			g.Expect(k8sClient.Status().Update(ctx, &cur)).To(Succeed())
+		}).Should(Succeed())
+		expectStatus(ctx, system, resolved)
+	})
+
 	It("drops a deleted object out of the merge", func(ctx SpecContext) {
 		lease := ns
 		system := create(ctx, newDef(systemNS, ns+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
