@@ -3,6 +3,7 @@ package leasestore_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -24,6 +25,26 @@ type ledger struct {
 	held  map[string]int
 	caps  map[string]int
 	peaks map[string]int
+	// lows, while a sampler reads, is the fewest holders each key had since the read began.
+	lows map[string]int
+}
+
+// watch starts a read of the counters: from now on lows tracks the fewest holders per key.
+func (l *ledger) watch() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lows = maps.Clone(l.held)
+}
+
+// unwatch ends the read and returns, per key, the fewest holders the ledger had during it.
+// A counter read in that time can never be below it: a slot is in the ledger only between
+// its increment and its decrement.
+func (l *ledger) unwatch() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lows := l.lows
+	l.lows = nil
+	return lows
 }
 
 func (l *ledger) add(t *testing.T, keys []string, caps map[string]int) {
@@ -46,6 +67,9 @@ func (l *ledger) remove(keys []string) {
 	defer l.mu.Unlock()
 	for _, k := range keys {
 		l.held[k]--
+		if low, ok := l.lows[k]; ok && l.held[k] < low {
+			l.lows[k] = l.held[k]
+		}
 	}
 }
 
@@ -71,9 +95,12 @@ func TestConcurrencyInvariant(t *testing.T) {
 	db := mongotest.DatabaseName(t)
 	const clients, workers = 4, 32
 	// Releases sometimes crash between delete and decrement (real drift, which reconcile
-	// must lower during the run) and sometimes pause there (the window in which a reconcile
-	// that lowered on one look would take the slot back twice).
-	var crashed, paused, lowered atomic.Int64
+	// must lower during the run) and otherwise pause there: the window in which a reconcile
+	// that lowered on one look would take the slot back twice. A quarter of them hold the
+	// decrement until a whole reconcile pass has run inside the window (bounded well below
+	// the confirmation delay, which is what the fix relies on), so that such a reconcile
+	// does lower there and the freed slot is taken twice, which the ledger sees.
+	var crashed, paused, spanned, lowered, passes atomic.Int64
 	var forceCrash atomic.Bool
 	var releasing sync.Map // tokens whose Release is running (not rollbacks, not reaps)
 	fault := func(step leasestore.Step, token string) error {
@@ -84,6 +111,16 @@ func TestConcurrencyInvariant(t *testing.T) {
 		case n < 5 || forceCrash.Load():
 			crashed.Add(1)
 			return leasestore.ErrCrash
+		case n < 30:
+			paused.Add(1)
+			from, deadline := passes.Load(), time.Now().Add(maxReleaseWindow)
+			for passes.Load() < from+2 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if passes.Load() >= from+2 {
+				spanned.Add(1)
+			}
+			time.Sleep(releasePause) // and let the workers take what was freed
 		default:
 			paused.Add(1)
 			time.Sleep(releasePause)
@@ -95,9 +132,9 @@ func TestConcurrencyInvariant(t *testing.T) {
 		// Correctness, not latency, is under test: a generous operation timeout keeps a
 		// loaded machine from turning slowness into failures. The reconcile margin and
 		// confirmation delay are short so that reconcile lowers counters within the run;
-		// the confirmation delay stays well above releasePause.
+		// the confirmation delay stays well above the longest release window.
 		stores[i] = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(0),
-			leasestore.WithReconcileConfirm(2*time.Second), leasestore.WithOpTimeout(time.Minute),
+			leasestore.WithReconcileConfirm(reconcileConfirm), leasestore.WithOpTimeout(time.Minute),
 			leasestore.WithFault(fault))
 	}
 
@@ -200,6 +237,9 @@ func TestConcurrencyInvariant(t *testing.T) {
 					}
 					ops.Add(1)
 				}
+				// Hold a while: a counter given back twice stays below its holders (the
+				// sampler's check) until they leave or reconcile raises it again.
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 				l.remove(h.Levels)
 				releasing.Store(h.Token, true)
 				if ok, err := s.Release(context.Background(), h.Token); (err != nil && !errors.Is(err, leasestore.ErrCrash)) || !ok {
@@ -238,23 +278,37 @@ func TestConcurrencyInvariant(t *testing.T) {
 						t.Errorf("reconcile: %v", err)
 					}
 					lowered.Add(int64(res.Lowered))
+					passes.Add(1)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
 		}()
 	}
-	// A sampler reads the counters: none may ever exceed its cap.
+	// A sampler reads the counters: none may ever exceed its cap, nor fall below the holders
+	// the ledger had throughout the read (a slot given back twice shows there at once, before
+	// any third party takes it).
 	var samples atomic.Int64
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
+			l.watch()
 			cs, err := stores[0].ListCounters(context.Background(), leasestore.CounterFilter{})
+			lows := l.unwatch()
 			if err != nil {
 				t.Errorf("sample: %v", err)
 				return
 			}
 			samples.Add(1)
+			counted := map[string]int{}
+			for _, c := range cs {
+				counted[c.Key] = c.Count
+			}
+			for k, low := range lows {
+				if counted[k] < low {
+					t.Errorf("counter %s at %d while %d holders held it throughout the read: a slot was given back twice", k, counted[k], low)
+				}
+			}
 			for _, c := range cs {
 				for _, r := range resources {
 					for _, lc := range r.caps {
@@ -308,19 +362,30 @@ func TestConcurrencyInvariant(t *testing.T) {
 		}
 	}
 	t.Logf("%v: %d operations, %d acquired, %d busy, %d counter samples; %d of %d counters reached their cap; "+
-		"%d releases crashed, %d paused before the decrement; reconcile lowered %d counters during the run",
+		"%d releases crashed, %d paused before the decrement (%d across a whole reconcile pass); "+
+		"reconcile ran %d passes and lowered %d counters during the run",
 		duration, ops.Load(), acquired.Load(), busy.Load(), samples.Load(), full, len(l.peaks),
-		crashed.Load(), paused.Load(), lowered.Load())
+		crashed.Load(), paused.Load(), spanned.Load(), passes.Load(), lowered.Load())
 	if busy.Load() == 0 || full == 0 {
 		t.Errorf("the run never filled a level: the invariant was not exercised")
 	}
 	if lowered.Load() == 0 {
 		t.Errorf("reconcile never lowered a counter during the run: its overbooking window was not exercised")
 	}
+	if spanned.Load() == 0 {
+		t.Errorf("no release window spanned a whole reconcile pass: its overbooking window was not exercised")
+	}
 }
 
-// releasePause widens the window between a release's delete and its decrement.
-const releasePause = 150 * time.Millisecond
+const (
+	// releasePause widens the window between a release's delete and its decrement.
+	releasePause = 150 * time.Millisecond
+	// maxReleaseWindow bounds how long a release waits there for a reconcile pass.
+	maxReleaseWindow = 2 * time.Second
+	// reconcileConfirm is the stores' confirmation delay: above any release window, as the
+	// fix requires of the operation timeout in production (twice of it by default).
+	reconcileConfirm = 2*maxReleaseWindow + time.Second
+)
 
 // drifted reports whether a counter differs from the holders that book it.
 func drifted(t *testing.T, s *leasestore.Store) bool {
