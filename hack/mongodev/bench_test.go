@@ -52,6 +52,26 @@ func BenchmarkWriteByID(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("updateOneBehindBarrier/docs=%d", size), func(b *testing.B) {
+			// The lease store's increment: a cap and the queue barrier ($not on a missing field).
+			filter := bson.D{{Key: "_id", Value: "target"}, {Key: "count", Value: bson.D{{Key: "$gte", Value: 0}}},
+				{Key: "queued", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 0}}}}}}
+			for b.Loop() {
+				if _, err := c.UpdateOne(ctx, filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("updateManyByIDList/docs=%d", size), func(b *testing.B) {
+			// The lease store's decrement of a release: the funnel's counters by _id list.
+			filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"target", "doc-000001", "doc-000002"}}}},
+				{Key: "count", Value: bson.D{{Key: "$gte", Value: 0}}}}
+			for b.Loop() {
+				if _, err := c.UpdateMany(ctx, filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("findOneAndDelete+insert/docs=%d", size), func(b *testing.B) {
 			for b.Loop() {
 				if err := c.FindOneAndDelete(ctx, id).Err(); err != nil && err != mongo.ErrNoDocuments {

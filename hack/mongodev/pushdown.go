@@ -12,17 +12,21 @@ import (
 // Writes by _id with further conditions, routed around a full scan.
 //
 // FerretDB v1.24.2's SQLite backend turns a filter into SQL (WHERE _id = ?) only when the
-// filter is _id alone; with any other condition it reads every row of the collection and
-// filters in Go, so a compare-and-set write ({_id: k, count: {$lt: 3}}) costs O(collection).
-// The proxy runs one command at a time, so it can split such a write without a race:
+// filter is _id alone; with any other condition, or with _id: {$in: [...]}, it reads every
+// row of the collection and filters in Go, so a compare-and-set write ({_id: k, count:
+// {$lt: 3}}) or a release's decrement ({_id: {$in: keys}, count: {$gt: 0}}, multi) costs
+// O(collection). The proxy runs one command at a time, so it can split such a write without
+// a race:
 //
-//  1. find {_id: k} (pushed down: one row),
-//  2. evaluate the rest of the filter on that document itself (plain comparisons of
+//  1. find {_id: k} for each id (pushed down: one row each),
+//  2. evaluate the rest of the filter on each document itself (plain comparisons of
 //     top-level fields only),
-//  3. no match: answer as the server would for a write that matched nothing; a match: send
-//     the write with the filter {_id: k} alone (pushed down).
+//  3. no match: answer as the server would for a write that matched nothing; otherwise send
+//     the write with the filter {_id: k} alone (pushed down) for each matching document,
+//     and answer with the summed counts.
 //
-// A command or a filter outside that narrow shape is forwarded unchanged.
+// A command or a filter outside that narrow shape is forwarded unchanged, and so is one
+// whose documents hold values the proxy does not compare (before anything is written).
 
 // pushdownWrite handles req when it is such a write; handled is false otherwise (req is
 // then to be forwarded as it is). Call with the exchange lock held.
@@ -31,56 +35,100 @@ func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte
 	if !ok {
 		return nil, false, nil
 	}
-	find := bson.D{
-		{Key: "find", Value: w.coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: w.id}}},
-		{Key: "limit", Value: int32(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: w.db},
-	}
-	b, err := bson.Marshal(find)
-	if err != nil {
-		return nil, false, nil
-	}
-	if _, err := backend.Write(buildOpMsg(requestID(req), 0, b)); err != nil {
-		return nil, true, err
-	}
-	fresp, err := readMessage(br)
-	if err != nil {
-		return nil, true, err
-	}
-	body := opMsgBody(fresp)
-	if body == nil || checkOK(fresp) != nil {
-		return nil, true, fmt.Errorf("pushdown: find by _id failed")
-	}
-	var doc bson.Raw
-	if batch, ok := body.Lookup("cursor", "firstBatch").ArrayOK(); ok {
-		if vals, err := batch.Values(); err == nil && len(vals) > 0 {
-			doc, _ = vals[0].DocumentOK()
+	var matched []string
+	for _, id := range w.ids {
+		doc, err := findByID(backend, br, req, w, id)
+		if err != nil {
+			return nil, true, err
 		}
-	}
-	matched := false
-	if doc != nil {
+		if doc == nil {
+			continue
+		}
 		m, decided := matchRest(doc, w.rest)
 		if !decided {
 			// The document's values are not plain comparisons after all: the original
-			// command decides (it is correct, only slower).
+			// command decides (it is correct, only slower). Nothing was written yet.
 			if _, err := backend.Write(req); err != nil {
 				return nil, true, err
 			}
 			resp, err := readMessage(br)
 			return resp, true, err
 		}
-		matched = m
+		if m {
+			matched = append(matched, id)
+		}
 	}
-	if !matched {
+	if len(matched) == 0 {
 		out, err := bson.Marshal(w.noMatch)
 		if err != nil {
 			return nil, true, err
 		}
-		return buildOpMsg(requestID(fresp), requestID(req), out), true, nil
+		return buildOpMsg(0, requestID(req), out), true, nil
 	}
-	if _, err := backend.Write(buildOpMsg(requestID(req), 0, w.rewritten)); err != nil {
+	if !w.multi {
+		return exchange(backend, br, req, w.rewrite(matched[0]))
+	}
+	// One update per matching document; the reply sums them (as updateMany's does).
+	var n, modified int64
+	for _, id := range matched {
+		resp, _, err := exchange(backend, br, req, w.rewrite(id))
+		if err != nil {
+			return nil, true, err
+		}
+		body := opMsgBody(resp)
+		if body == nil || checkOK(resp) != nil || body.Lookup("writeErrors").Type != 0 {
+			return resp, true, nil // the server's own error, for the statement that failed
+		}
+		n += intValue(body.Lookup("n"))
+		modified += intValue(body.Lookup("nModified"))
+	}
+	out, err := bson.Marshal(bson.D{{Key: "n", Value: int32(n)}, {Key: "nModified", Value: int32(modified)}, {Key: "ok", Value: 1.0}})
+	if err != nil {
 		return nil, true, err
 	}
-	resp, err = readMessage(br)
+	return buildOpMsg(0, requestID(req), out), true, nil
+}
+
+// findByID reads the document with _id id of w's collection (nil when there is none).
+func findByID(backend io.Writer, br *bufio.Reader, req []byte, w idWrite, id string) (bson.Raw, error) {
+	find := bson.D{
+		{Key: "find", Value: w.coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
+		{Key: "limit", Value: int32(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: w.db},
+	}
+	b, err := bson.Marshal(find)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := backend.Write(buildOpMsg(requestID(req), 0, b)); err != nil {
+		return nil, err
+	}
+	fresp, err := readMessage(br)
+	if err != nil {
+		return nil, err
+	}
+	body := opMsgBody(fresp)
+	if body == nil || checkOK(fresp) != nil {
+		return nil, fmt.Errorf("pushdown: find by _id failed")
+	}
+	if batch, ok := body.Lookup("cursor", "firstBatch").ArrayOK(); ok {
+		if vals, err := batch.Values(); err == nil && len(vals) > 0 {
+			doc, _ := vals[0].DocumentOK()
+			return doc, nil
+		}
+	}
+	return nil, nil
+}
+
+// exchange sends a rewritten command body on behalf of req and returns the reply, marked as
+// the answer to req.
+func exchange(backend io.Writer, br *bufio.Reader, req, body []byte) ([]byte, bool, error) {
+	if body == nil {
+		return nil, true, fmt.Errorf("pushdown: cannot rewrite the command")
+	}
+	if _, err := backend.Write(buildOpMsg(requestID(req), 0, body)); err != nil {
+		return nil, true, err
+	}
+	resp, err := readMessage(br)
 	if err != nil {
 		return nil, true, err
 	}
@@ -88,20 +136,38 @@ func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte
 	return resp, true, nil
 }
 
+// intValue reads an int32, int64 or double reply field (0 when absent).
+func intValue(v bson.RawValue) int64 {
+	switch v.Type {
+	case bson.TypeInt32:
+		return int64(v.Int32())
+	case bson.TypeInt64:
+		return v.Int64()
+	case bson.TypeDouble:
+		return int64(v.Double())
+	}
+	return 0
+}
+
 // idWrite is a write the proxy can push down.
 type idWrite struct {
 	coll, db string
-	id       string
-	rest     bson.D // the filter without _id
-	// rewritten is the command with the filter {_id: id} alone (statements in the body).
-	rewritten []byte
+	// ids are the documents the filter names (one, unless multi).
+	ids  []string
+	rest bson.D // the filter without _id
+	// multi: an update of every matching document (updateMany with _id: {$in: ids}).
+	multi bool
+	// rewrite returns the command with the filter {_id: id} alone (one statement, not
+	// multi), or nil when it cannot be encoded.
+	rewrite func(id string) []byte
 	// noMatch is the reply to the command when the filter matches nothing.
 	noMatch bson.D
 }
 
-// parseIDWrite recognises update (one statement, no upsert, no multi), delete (one
-// statement, limit 1) and findAndModify (no upsert, no sort) whose filter has a string _id
-// and at least one more condition, all of them plain comparisons of top-level fields.
+// parseIDWrite recognises update (one statement, no upsert; multi only with _id: {$in:
+// [strings]}), delete (one statement, limit 1) and findAndModify (no upsert, no sort) whose
+// filter has a string _id and at least one more condition, or a list of string _ids, and
+// otherwise only plain comparisons of top-level fields.
 func parseIDWrite(req []byte) (idWrite, bool) {
 	if opCode(req) != opMsg || moreToCome(req) || len(req) < headerLen+5 {
 		return idWrite{}, false
@@ -139,7 +205,14 @@ func parseIDWrite(req []byte) (idWrite, bool) {
 		for _, e := range st {
 			switch e.Key {
 			case "q", "u":
-			case "multi", "upsert":
+			case "multi":
+				if v, _ := e.Value.(bool); v {
+					if name != "update" {
+						return idWrite{}, false
+					}
+					w.multi = true
+				}
+			case "upsert":
 				if v, _ := e.Value.(bool); v {
 					return idWrite{}, false
 				}
@@ -152,24 +225,29 @@ func parseIDWrite(req []byte) (idWrite, bool) {
 			}
 		}
 		q, _ := lookup(st, "q").(bson.D)
-		id, rest, ok := splitFilter(q)
-		if !ok {
+		ids, rest, ok := splitFilter(q)
+		if !ok || w.multi != (len(ids) != 1 || isInList(q)) {
 			return idWrite{}, false
 		}
-		w.id, w.rest = id, rest
-		st = replace(st, "q", bson.D{{Key: "_id", Value: id}})
-		out := make(bson.D, 0, len(cmd)+1)
-		for _, e := range cmd {
-			if e.Key != list {
-				out = append(out, e)
+		w.ids, w.rest = ids, rest
+		w.rewrite = func(id string) []byte {
+			one := replace(replace(st, "q", bson.D{{Key: "_id", Value: id}}), "multi", false)
+			out := make(bson.D, 0, len(cmd)+1)
+			for _, e := range cmd {
+				if e.Key != list {
+					out = append(out, e)
+				}
 			}
+			out = append(out, bson.E{Key: list, Value: bson.A{one}})
+			b, err := bson.Marshal(out)
+			if err != nil {
+				return nil
+			}
+			return b
 		}
-		out = append(out, bson.E{Key: list, Value: bson.A{st}})
-		b, err := bson.Marshal(out)
-		if err != nil {
+		if w.rewrite(ids[0]) == nil {
 			return idWrite{}, false
 		}
-		w.rewritten = b
 		if name == "update" {
 			w.noMatch = bson.D{{Key: "n", Value: int32(0)}, {Key: "nModified", Value: int32(0)}, {Key: "ok", Value: 1.0}}
 		} else {
@@ -192,16 +270,21 @@ func parseIDWrite(req []byte) (idWrite, bool) {
 			}
 		}
 		q, _ := lookup(cmd, "query").(bson.D)
-		id, rest, ok := splitFilter(q)
-		if !ok {
+		ids, rest, ok := splitFilter(q)
+		if !ok || isInList(q) {
 			return idWrite{}, false
 		}
-		w.id, w.rest = id, rest
-		b, err := bson.Marshal(replace(cmd, "query", bson.D{{Key: "_id", Value: id}}))
-		if err != nil {
+		w.ids, w.rest = ids, rest
+		w.rewrite = func(id string) []byte {
+			b, err := bson.Marshal(replace(cmd, "query", bson.D{{Key: "_id", Value: id}}))
+			if err != nil {
+				return nil
+			}
+			return b
+		}
+		if w.rewrite(ids[0]) == nil {
 			return idWrite{}, false
 		}
-		w.rewritten = b
 		w.noMatch = bson.D{
 			{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: int32(0)}, {Key: "updatedExisting", Value: false}}},
 			{Key: "value", Value: nil}, {Key: "ok", Value: 1.0},
@@ -297,32 +380,76 @@ func statements(cmd bson.D, seqs map[string][]bson.Raw, list string) ([]bson.D, 
 	return out, true
 }
 
-// splitFilter splits a filter into its string _id and the other conditions, when there are
-// some and each is a plain comparison of a top-level field.
-func splitFilter(q bson.D) (id string, rest bson.D, ok bool) {
-	found := false
+// splitFilter splits a filter into its string _id (or the distinct strings of _id: {$in:
+// [...]}) and the other conditions, each a plain comparison of a top-level field. A single
+// _id needs other conditions (alone, FerretDB pushes it down itself).
+func splitFilter(q bson.D) (ids []string, rest bson.D, ok bool) {
+	found, list := false, false
 	for _, e := range q {
 		if e.Key == "_id" {
-			s, isString := e.Value.(string)
-			if !isString || found {
-				return "", nil, false
+			if found {
+				return nil, nil, false
 			}
-			id, found = s, true
+			found = true
+			if s, isString := e.Value.(string); isString {
+				ids = []string{s}
+				continue
+			}
+			in, isIn := inList(e.Value)
+			if !isIn {
+				return nil, nil, false
+			}
+			ids, list = in, true
 			continue
 		}
 		if !plainCondition(e) {
-			return "", nil, false
+			return nil, nil, false
 		}
 		rest = append(rest, e)
 	}
-	return id, rest, found && len(rest) > 0
+	return ids, rest, found && len(ids) > 0 && (list || len(rest) > 0)
+}
+
+// inList returns the distinct strings of {$in: [strings]}.
+func inList(v any) ([]string, bool) {
+	ops, isDoc := v.(bson.D)
+	if !isDoc || len(ops) != 1 || ops[0].Key != "$in" {
+		return nil, false
+	}
+	arr, isArr := ops[0].Value.(bson.A)
+	if !isArr {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range arr {
+		s, isString := x.(string)
+		if !isString {
+			return nil, false
+		}
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out, true
+}
+
+// isInList reports whether q names its documents by _id: {$in: [...]}.
+func isInList(q bson.D) bool {
+	_, ok := inList(lookup(q, "_id"))
+	return ok
 }
 
 // plainCondition: a top-level field (no dot, no $) compared with a scalar, directly (equality)
-// or with $eq, $ne, $lt, $lte, $gt, $gte.
+// or with $eq, $ne, $lt, $lte, $gt, $gte; or, alone, the negation of one order comparison
+// with a number ({queued: {$not: {$gt: 0}}}, the lease store's queue barrier).
 func plainCondition(e bson.E) bool {
 	if e.Key == "" || e.Key[0] == '$' || containsDot(e.Key) {
 		return false
+	}
+	if _, ok := negatedOrder(e.Value); ok {
+		return true
 	}
 	if ops, isDoc := e.Value.(bson.D); isDoc {
 		if len(ops) == 0 {
@@ -353,6 +480,13 @@ func matchRest(doc bson.Raw, rest bson.D) (matched, decided bool) {
 	}
 	for _, e := range rest {
 		v := lookup(fields, e.Key)
+		if inner, ok := negatedOrder(e.Value); ok {
+			m, decided := matchNegated(v, inner)
+			if !decided || !m {
+				return false, decided
+			}
+			continue
+		}
 		if v == nil {
 			return false, false // missing or null: leave MongoDB's null semantics to the server
 		}
@@ -370,27 +504,69 @@ func matchRest(doc bson.Raw, rest bson.D) (matched, decided bool) {
 			if !comparable {
 				return false, false
 			}
-			var ok bool
-			switch c.Key {
-			case "$eq":
-				ok = cmp == 0
-			case "$ne":
-				ok = cmp != 0
-			case "$lt":
-				ok = cmp < 0
-			case "$lte":
-				ok = cmp <= 0
-			case "$gt":
-				ok = cmp > 0
-			case "$gte":
-				ok = cmp >= 0
-			}
-			if !ok {
+			if !holds(c.Key, cmp) {
 				return false, true
 			}
 		}
 	}
 	return true, true
+}
+
+// negatedOrder recognises {$not: {<op>: <number>}} with op one of $lt, $lte, $gt, $gte, and
+// returns the inner comparison.
+func negatedOrder(v any) (bson.E, bool) {
+	ops, isDoc := v.(bson.D)
+	if !isDoc || len(ops) != 1 || ops[0].Key != "$not" {
+		return bson.E{}, false
+	}
+	inner, isDoc := ops[0].Value.(bson.D)
+	if !isDoc || len(inner) != 1 {
+		return bson.E{}, false
+	}
+	switch inner[0].Key {
+	case "$lt", "$lte", "$gt", "$gte":
+	default:
+		return bson.E{}, false
+	}
+	if n, ok := scalar(inner[0].Value); !ok || n.kind != 'n' {
+		return bson.E{}, false
+	}
+	return inner[0], true
+}
+
+// matchNegated evaluates {$not: {inner}} on a field's value v (nil: missing or null). An order
+// comparison with a number matches numbers only, so $not matches a missing or null field;
+// other types are left to the server.
+func matchNegated(v any, inner bson.E) (matched, decided bool) {
+	if v == nil {
+		return true, true
+	}
+	got, ok := scalar(v)
+	if !ok || got.kind != 'n' {
+		return false, false
+	}
+	want, _ := scalar(inner.Value)
+	cmp, _ := compareScalars(got, want)
+	return !holds(inner.Key, cmp), true
+}
+
+// holds applies a comparison operator to the order of two values (-1, 0, 1).
+func holds(op string, cmp int) bool {
+	switch op {
+	case "$eq":
+		return cmp == 0
+	case "$ne":
+		return cmp != 0
+	case "$lt":
+		return cmp < 0
+	case "$lte":
+		return cmp <= 0
+	case "$gt":
+		return cmp > 0
+	case "$gte":
+		return cmp >= 0
+	}
+	return false
 }
 
 // scalarValue is a comparable value: a number (as float64), a string, a bool or a date.

@@ -50,33 +50,137 @@ func TestConditionalWritesByID(t *testing.T) {
 		{"another type: the server decides", bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: "6"}}, 0},
 		{"a missing field: the server decides", bson.D{{Key: "_id", Value: "k"}, {Key: "absent", Value: 1}}, 0},
 		{"no such document", bson.D{{Key: "_id", Value: "nope"}, {Key: "count", Value: 1}}, 0},
+		{"$not $gt on a missing field", bson.D{{Key: "_id", Value: "k"}, {Key: "queued", Value: notGT(0)}}, 1},
+		{"$not $gt, numbers", bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: notGT(3)}}, 0},
+		{"$not $gt, numbers, matching", bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: notGT(7)}}, 1},
+		{"$not $gt on a string: the server decides", bson.D{{Key: "_id", Value: "k"}, {Key: "name", Value: notGT(0)}}, 1},
 	} {
 		if got := update(tc.filter); got != tc.matched {
 			t.Errorf("%s: matched %d, want %d", tc.name, got, tc.matched)
 		}
 	}
-	if got := count(); got != 6 {
-		t.Errorf("count = %d, want 6 after four matched increments", got)
+	if got := count(); got != 9 {
+		t.Errorf("count = %d, want 9 after seven matched increments", got)
 	}
 
 	// findAndModify: a miss is ErrNoDocuments, a hit returns the document.
-	err := c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 6}}}}, inc).Err()
+	err := c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 9}}}}, inc).Err()
 	if !errors.Is(err, mongo.ErrNoDocuments) {
 		t.Errorf("findOneAndUpdate with a failing condition = %v, want no documents", err)
 	}
 	var after struct{ Count int32 }
-	if err := c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: bson.D{{Key: "$gte", Value: 6}}}}, inc,
-		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&after); err != nil || after.Count != 7 {
-		t.Errorf("findOneAndUpdate = %+v, %v; want count 7", after, err)
+	if err := c.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: bson.D{{Key: "$gte", Value: 9}}}}, inc,
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&after); err != nil || after.Count != 10 {
+		t.Errorf("findOneAndUpdate = %+v, %v; want count 10", after, err)
 	}
 	// delete and findOneAndDelete with conditions.
 	if r, err := c.DeleteOne(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: 1}}); err != nil || r.DeletedCount != 0 {
 		t.Errorf("deleteOne with a failing condition = %+v, %v", r, err)
 	}
-	if err := c.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: 7}}).Err(); err != nil {
+	if err := c.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: 10}}).Err(); err != nil {
 		t.Errorf("findOneAndDelete with a matching condition: %v", err)
 	}
 	if n, err := c.CountDocuments(ctx, bson.D{}); err != nil || n != 0 {
 		t.Errorf("documents left = %d, %v", n, err)
+	}
+}
+
+func notGT(n int) bson.D {
+	return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: n}}}}
+}
+
+// TestLeaseStoreWritesArePushedDown: the conditional writes of the lease store's hot path
+// (internal/leasestore: the funnel's increment with and without the queue barrier, the
+// compare-and-set corrections, the idle reap's delete) have a shape the proxy pushes down;
+// one that does not falls back to a scan of the collection, and the product looks O(N) on
+// the development server.
+func TestLeaseStoreWritesArePushedDown(t *testing.T) {
+	at := bson.NewDateTimeFromTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	for name, cmd := range map[string]bson.D{
+		"increment": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: "r|global|*"}, {Key: "count", Value: bson.D{{Key: "$lt", Value: 6}}}}},
+			{Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}}}}}},
+		"increment behind the queue barrier": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: "r|global|*"}, {Key: "count", Value: bson.D{{Key: "$lt", Value: 6}}},
+				{Key: "queued", Value: notGT(0)}}},
+			{Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}}}}}},
+		"compare-and-set": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: "r|global|*"}, {Key: "count", Value: 3}, {Key: "updatedAt", Value: at}}},
+			{Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "count", Value: 2}}}}}}}}},
+		"decrement": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"r|global|*", "r|user|t/u"}}}},
+				{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}},
+			{Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}}}, {Key: "multi", Value: true}}}}},
+		"idle reap": {{Key: "findAndModify", Value: "holders"}, {Key: "query", Value: bson.D{{Key: "_id", Value: "tok"}, {Key: "lastSeenAt", Value: at}}},
+			{Key: "remove", Value: true}},
+	} {
+		cmd = append(cmd, bson.E{Key: "$db", Value: "lease"})
+		body, err := bson.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := parseIDWrite(buildOpMsg(1, 0, body)); !ok {
+			t.Errorf("%s: not pushed down", name)
+		}
+	}
+}
+
+// TestUpdateManyByIDList: an updateMany naming its documents by _id: {$in: [...]} (the
+// release's decrement) updates exactly the listed documents that match the rest of the
+// filter, and answers with the counts MongoDB gives.
+func TestUpdateManyByIDList(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t, proxyURI).Database(dbName("pushdown")).Collection("many")
+	docs := []any{
+		bson.D{{Key: "_id", Value: "a"}, {Key: "count", Value: int32(2)}},
+		bson.D{{Key: "_id", Value: "b"}, {Key: "count", Value: int32(0)}},
+		bson.D{{Key: "_id", Value: "c"}, {Key: "count", Value: int32(1)}},
+		bson.D{{Key: "_id", Value: "other"}, {Key: "count", Value: int32(5)}},
+	}
+	if _, err := c.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	dec := bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}}
+	in := func(ids ...any) bson.D {
+		return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A(ids)}}}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}
+	}
+	for _, tc := range []struct {
+		name              string
+		filter            bson.D
+		matched, modified int64
+	}{
+		{"two of three match, one is missing", in("a", "b", "c", "nope", "a"), 2, 2},
+		{"one left above zero", in("a", "b", "c"), 1, 1},
+		{"none above zero", in("a", "b", "c"), 0, 0},
+		{"none exists", in("x", "y"), 0, 0},
+		{"a value the proxy does not compare: the server decides", in("a", 7), 0, 0},
+	} {
+		r, err := c.UpdateMany(ctx, tc.filter, dec)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if r.MatchedCount != tc.matched || r.ModifiedCount != tc.modified {
+			t.Errorf("%s: matched %d modified %d, want %d and %d", tc.name, r.MatchedCount, r.ModifiedCount, tc.matched, tc.modified)
+		}
+	}
+	want := map[string]int32{"a": 0, "b": 0, "c": 0, "other": 5}
+	cur, err := c.Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []struct {
+		ID    string `bson:"_id"`
+		Count int32
+	}
+	if err := cur.All(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range got {
+		if want[d.ID] != d.Count {
+			t.Errorf("%s = %d, want %d", d.ID, d.Count, want[d.ID])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d documents, want %d", len(got), len(want))
 	}
 }
