@@ -134,3 +134,28 @@ func TestCounterCapUnknown(t *testing.T) {
 		t.Errorf("released counter (-want +got):\n%s", d)
 	}
 }
+
+// TestKubectlShowsCaps: kubectl get leasecounters prints the CAP column, a number or why
+// there is none, and -o wide the note.
+func TestKubectlShowsCaps(t *testing.T) {
+	acquireUnder(t, "share-a", "acme", "u1")
+	acquireUnder(t, "share-b", "acme", "u2")
+
+	out := mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", "-l", livev1alpha1.LabelResource+"=shared")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if got := strings.Join(fields(lines[0]), " "); got != "NAME RESOURCE LEVEL SCOPE COUNT CAP BOOKED DRIFT UPDATED" {
+		t.Fatalf("header = %q", got)
+	}
+	caps := map[string]string{}
+	for _, l := range lines[1:] {
+		f := fields(l)
+		caps[f[0]] = f[5]
+	}
+	if d := cmp.Diff(map[string]string{"shared.tenant.acme": "<ambiguous>", "shared.project.acme:p1": "2"}, caps); d != "" {
+		t.Errorf("CAP column (-want +got):\n%s", d)
+	}
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", "shared.tenant.acme", "-o", "wide")
+	if !strings.Contains(out, "ambiguous: lease share-a in acme/p1 (cap 3); lease share-b in acme/p1 (cap 5) share this counter") {
+		t.Errorf("kubectl get lc -o wide lacks the note:\n%s", out)
+	}
+}
