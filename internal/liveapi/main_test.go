@@ -119,7 +119,7 @@ func run(m *testing.M) (int, error) {
 	}
 	env, err = livetest.Start(ctx, liveapi.Deps{
 		Store:    store,
-		Caps:     resolver,
+		Caps:     countedCaps{resolver},
 		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
 		Listener: disp,
 		Pods:     selfOnly{},
@@ -151,6 +151,17 @@ var (
 	// svc acquires as the admission API does, under the suite's definitions.
 	svc *leasing.Service
 )
+
+// resolutions counts the definitions the live API resolves (benchmarks).
+var resolutions atomic.Int64
+
+// countedCaps is the suite's resolver, counted.
+type countedCaps struct{ r *definition.Resolver }
+
+func (c countedCaps) Resolve(ctx context.Context, tenant, project, name string) (definition.Definition, error) {
+	resolutions.Add(1)
+	return c.r.Resolve(ctx, tenant, project, name)
+}
 
 func setupDefinitions() error {
 	builtins, err := definition.LoadBuiltins(suiteDefinitions)
