@@ -164,7 +164,7 @@ func (s *Store) recreateCounter(ctx context.Context, key string, n int, now time
 // booked counts, per counter key, the holders that book it (of one resource, or all),
 // streaming the holders' levels in batches.
 func (s *Store) booked(ctx context.Context, resource string) (map[string]int, error) {
-	b, err := s.bookings(ctx, resource, false)
+	b, err := s.bookings(ctx, CounterFilter{Resource: resource}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -182,12 +182,17 @@ type booking struct {
 	refs map[lease.LeaseRef]bool
 }
 
-// bookings reads the holders (of one resource, or all) in batches and gathers, per counter
-// key, the number of holders that book it and, with refs, their distinct lease references.
-func (s *Store) bookings(ctx context.Context, resource string, refs bool) (map[string]*booking, error) {
+// bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
+// per counter key, the number of holders that book it and, with refs, their distinct lease
+// references. Only a tenant's own holders book its tenant, project and user counters, so a
+// read for one tenant's counters reads that tenant's holders alone.
+func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[string]*booking, error) {
 	filter := bson.D{}
-	if resource != "" {
-		filter = append(filter, bson.E{Key: "resource", Value: resource})
+	if f.Resource != "" {
+		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
+	}
+	if f.Tenant != "" {
+		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
 	projection := bson.D{{Key: "levels", Value: 1}}
 	if refs {
@@ -315,7 +320,7 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 	if err != nil {
 		return nil, err
 	}
-	booked, err := s.bookings(ctx, f.Resource, true)
+	booked, err := s.bookings(ctx, f, true)
 	if err != nil {
 		return nil, err
 	}
