@@ -89,12 +89,12 @@ type Counter struct {
 	Booked int
 	// BookedBy are the distinct definitions the booking holders were admitted under, sorted;
 	// the live API derives the counter's cap from them (docs/live-api.md, "Caps").
-	BookedBy []LeaseRef
+	BookedBy []DefinitionRef
 }
 
-// LeaseRef names the definition a holder was admitted under: its lease name as resolved in
+// DefinitionRef names the definition a holder was admitted under: its lease name as resolved in
 // its tenant and project.
-type LeaseRef struct {
+type DefinitionRef struct {
 	Name, Tenant, Project string
 }
 

@@ -31,12 +31,12 @@ func TestCountersNameTheirBookers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ref := func(name, tenant, project string) lease.LeaseRef {
-		return lease.LeaseRef{Name: name, Tenant: tenant, Project: project}
+	ref := func(name, tenant, project string) lease.DefinitionRef {
+		return lease.DefinitionRef{Name: name, Tenant: tenant, Project: project}
 	}
 	type booking struct {
 		Booked int
-		By     []lease.LeaseRef
+		By     []lease.DefinitionRef
 	}
 	read := func(f leasestore.CounterFilter) map[string]booking {
 		cs, err := s.ListCounters(ctx, f)
@@ -51,18 +51,18 @@ func TestCountersNameTheirBookers(t *testing.T) {
 	}
 	a1, b2 := ref("gpu-a", "acme", "p1"), ref("gpu-b", "acme", "p2")
 	acme := map[string]booking{
-		"gpu|tenant|acme":     {3, []lease.LeaseRef{a1, b2}},
-		"gpu|project|acme/p1": {2, []lease.LeaseRef{a1}},
-		"gpu|project|acme/p2": {1, []lease.LeaseRef{b2}},
+		"gpu|tenant|acme":     {3, []lease.DefinitionRef{a1, b2}},
+		"gpu|project|acme/p1": {2, []lease.DefinitionRef{a1}},
+		"gpu|project|acme/p2": {1, []lease.DefinitionRef{b2}},
 		"gpu|project|acme/p3": {0, nil},
-		"gpu|user|acme/ann":   {2, []lease.LeaseRef{a1, b2}},
-		"gpu|user|acme/bob":   {1, []lease.LeaseRef{a1}},
+		"gpu|user|acme/ann":   {2, []lease.DefinitionRef{a1, b2}},
+		"gpu|user|acme/bob":   {1, []lease.DefinitionRef{a1}},
 		"gpu|user|acme/dan":   {0, nil},
 	}
 	if d := cmp.Diff(acme, read(leasestore.CounterFilter{Tenant: "acme"})); d != "" {
 		t.Errorf("acme's counters (-want +got):\n%s", d)
 	}
-	global := map[string]booking{"gpu|global|*": {4, []lease.LeaseRef{a1, ref("gpu-a", "globex", "p1"), b2}}}
+	global := map[string]booking{"gpu|global|*": {4, []lease.DefinitionRef{a1, ref("gpu-a", "globex", "p1"), b2}}}
 	if d := cmp.Diff(global, read(leasestore.CounterFilter{Level: lease.LevelGlobal})); d != "" {
 		t.Errorf("the global counter (-want +got):\n%s", d)
 	}

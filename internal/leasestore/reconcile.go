@@ -179,7 +179,7 @@ func (s *Store) booked(ctx context.Context, resource string) (map[string]int, er
 // when asked for, the distinct definitions they were admitted under.
 type booking struct {
 	n    int
-	refs map[lease.LeaseRef]bool
+	refs map[lease.DefinitionRef]bool
 }
 
 // bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
@@ -210,9 +210,9 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 				b.n++
 				if refs {
 					if b.refs == nil {
-						b.refs = map[lease.LeaseRef]bool{}
+						b.refs = map[lease.DefinitionRef]bool{}
 					}
-					b.refs[lease.LeaseRef{Name: d.LeaseName, Tenant: d.Tenant, Project: d.Project}] = true
+					b.refs[lease.DefinitionRef{Name: d.LeaseName, Tenant: d.Tenant, Project: d.Project}] = true
 				}
 			}
 			return nil
@@ -221,11 +221,11 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 }
 
 // sortedRefs lists the lease references of b in a stable order (none for nil).
-func (b *booking) sortedRefs() []lease.LeaseRef {
+func (b *booking) sortedRefs() []lease.DefinitionRef {
 	if b == nil || len(b.refs) == 0 {
 		return nil
 	}
-	out := make([]lease.LeaseRef, 0, len(b.refs))
+	out := make([]lease.DefinitionRef, 0, len(b.refs))
 	for r := range b.refs {
 		out = append(out, r)
 	}

@@ -13,13 +13,13 @@ import (
 )
 
 func TestCapOf(t *testing.T) {
-	ref := func(name, project string) lease.LeaseRef {
-		return lease.LeaseRef{Name: name, Tenant: "acme", Project: project}
+	ref := func(name, project string) lease.DefinitionRef {
+		return lease.DefinitionRef{Name: name, Tenant: "acme", Project: project}
 	}
 	def := func(resource string, caps definition.Caps) resolution {
 		return resolution{def: definition.Definition{Resource: resource, Caps: caps}}
 	}
-	res := map[lease.LeaseRef]resolution{
+	res := map[lease.DefinitionRef]resolution{
 		ref("a", "p1"): def("r", definition.Caps{Global: 9, Tenant: 3, Project: 2}),
 		ref("b", "p1"): def("r", definition.Caps{Global: 9, Tenant: 5, Project: 2}),
 		ref("a", "p2"): def("r", definition.Caps{Global: 9, Tenant: 3, Project: 1}),
@@ -29,7 +29,7 @@ func TestCapOf(t *testing.T) {
 	for i := range 6 {
 		res[ref("many", string(rune('a'+i)))] = def("r", definition.Caps{Tenant: i + 1})
 	}
-	counter := func(level lease.Level, refs ...lease.LeaseRef) lease.Counter {
+	counter := func(level lease.Level, refs ...lease.DefinitionRef) lease.Counter {
 		return lease.Counter{Resource: "r", Level: level, BookedBy: refs}
 	}
 	cases := map[string]struct {
@@ -67,23 +67,23 @@ func TestCapOf(t *testing.T) {
 }
 
 // countingResolver counts the resolutions it is asked for.
-type countingResolver struct{ calls map[lease.LeaseRef]int }
+type countingResolver struct{ calls map[lease.DefinitionRef]int }
 
 func (r *countingResolver) Resolve(_ context.Context, tenant, project, name string) (definition.Definition, error) {
-	r.calls[lease.LeaseRef{Name: name, Tenant: tenant, Project: project}]++
+	r.calls[lease.DefinitionRef{Name: name, Tenant: tenant, Project: project}]++
 	return definition.Definition{Name: name, Resource: "r"}, nil
 }
 
 // TestResolveBookersOnce: a reference shared by several counters is resolved once.
 func TestResolveBookersOnce(t *testing.T) {
-	a, b := lease.LeaseRef{Name: "a", Tenant: "acme", Project: "p1"}, lease.LeaseRef{Name: "b", Tenant: "acme", Project: "p1"}
-	r := &countingResolver{calls: map[lease.LeaseRef]int{}}
+	a, b := lease.DefinitionRef{Name: "a", Tenant: "acme", Project: "p1"}, lease.DefinitionRef{Name: "b", Tenant: "acme", Project: "p1"}
+	r := &countingResolver{calls: map[lease.DefinitionRef]int{}}
 	resolveBookers(context.Background(), r, []lease.Counter{
-		{Level: lease.LevelTenant, BookedBy: []lease.LeaseRef{a, b}},
-		{Level: lease.LevelProject, BookedBy: []lease.LeaseRef{a, b}},
-		{Level: lease.LevelUser, BookedBy: []lease.LeaseRef{a}},
+		{Level: lease.LevelTenant, BookedBy: []lease.DefinitionRef{a, b}},
+		{Level: lease.LevelProject, BookedBy: []lease.DefinitionRef{a, b}},
+		{Level: lease.LevelUser, BookedBy: []lease.DefinitionRef{a}},
 	})
-	if d := cmp.Diff(map[lease.LeaseRef]int{a: 1, b: 1}, r.calls); d != "" {
+	if d := cmp.Diff(map[lease.DefinitionRef]int{a: 1, b: 1}, r.calls); d != "" {
 		t.Errorf("resolutions (-want +got):\n%s", d)
 	}
 }

@@ -29,8 +29,8 @@ type resolution struct {
 // lease in one project share a definition, however many they are. An error stays with its
 // reference; it makes the caps of the counters that reference books unknown, never the list
 // fail.
-func resolveBookers(ctx context.Context, r CapResolver, cs []lease.Counter) map[lease.LeaseRef]resolution {
-	out := map[lease.LeaseRef]resolution{}
+func resolveBookers(ctx context.Context, r CapResolver, cs []lease.Counter) map[lease.DefinitionRef]resolution {
+	out := map[lease.DefinitionRef]resolution{}
 	for _, c := range cs {
 		for _, ref := range c.BookedBy {
 			if _, ok := out[ref]; ok {
@@ -58,7 +58,7 @@ const maxNoteEntries = 4
 // capOf decides the cap of c from the resolutions of its bookers. A definition that now
 // books another resource than the counter's (an inline lease, or a definition whose
 // resource changed) does not say anything about this counter and counts as unresolved.
-func capOf(c lease.Counter, res map[lease.LeaseRef]resolution) counterCap {
+func capOf(c lease.Counter, res map[lease.DefinitionRef]resolution) counterCap {
 	if len(c.BookedBy) == 0 {
 		return counterCap{Reason: livev1alpha1.CapReasonNotBooked, Note: "no holder books this counter"}
 	}
@@ -99,7 +99,7 @@ func capOf(c lease.Counter, res map[lease.LeaseRef]resolution) counterCap {
 	return counterCap{}
 }
 
-func unresolved(ref lease.LeaseRef, why string) counterCap {
+func unresolved(ref lease.DefinitionRef, why string) counterCap {
 	return counterCap{Reason: livev1alpha1.CapReasonUnresolved,
 		Note: "the definition of " + describeRef(ref) + " could not be resolved: " + why}
 }
@@ -118,7 +118,7 @@ func levelCap(c definition.Caps, l lease.Level) int {
 	return 0
 }
 
-func describeRef(r lease.LeaseRef) string {
+func describeRef(r lease.DefinitionRef) string {
 	return fmt.Sprintf("lease %s in %s/%s", r.Name, r.Tenant, r.Project)
 }
 

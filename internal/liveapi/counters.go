@@ -73,7 +73,7 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 		}
 	}
 	// Only the counters this namespace shows have their bookers resolved.
-	var res map[lease.LeaseRef]resolution
+	var res map[lease.DefinitionRef]resolution
 	if s.deps.Caps != nil {
 		res = resolveBookers(ctx, s.deps.Caps, booked)
 	}
