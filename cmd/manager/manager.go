@@ -129,7 +129,7 @@ func runManager(args []string) error {
 		return err
 	}
 	if err := setupLiveAPI(mgr, f.live, liveapi.Deps{
-		Store: store, Listener: rev.dispatcher, Sweeper: rev.sweep, Pods: rev.watcher, Metrics: rev.metrics, Tenants: tenants}); err != nil {
+		Store: store, Listener: rev.dispatcher, Sweeper: rev.sweep, Pods: rev.watcher, Metrics: rev.metrics, Tenants: tenants, Caps: resolver}); err != nil {
 		return err
 	}
 	if err := setupWebhooks(mgr, f); err != nil {

@@ -87,6 +87,15 @@ type Counter struct {
 	// Booked is the number of holders whose levels contain this key: the value reconcile
 	// corrects the count to.
 	Booked int
+	// BookedBy are the distinct definitions the booking holders were admitted under, sorted;
+	// the live API derives the counter's cap from them (docs/live-api.md, "Caps").
+	BookedBy []DefinitionRef
+}
+
+// DefinitionRef names the definition a holder was admitted under: its lease name as resolved in
+// its tenant and project.
+type DefinitionRef struct {
+	Name, Tenant, Project string
 }
 
 // Drift reports whether count and booked holders disagree.

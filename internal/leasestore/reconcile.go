@@ -164,19 +164,82 @@ func (s *Store) recreateCounter(ctx context.Context, key string, n int, now time
 // booked counts, per counter key, the holders that book it (of one resource, or all),
 // streaming the holders' levels in batches.
 func (s *Store) booked(ctx context.Context, resource string) (map[string]int, error) {
-	filter := bson.D{}
-	if resource != "" {
-		filter = append(filter, bson.E{Key: "resource", Value: resource})
+	b, err := s.bookings(ctx, CounterFilter{Resource: resource}, false)
+	if err != nil {
+		return nil, err
 	}
-	out := map[string]int{}
-	err := eachDoc(ctx, s, s.holders, "reading holders", filter, bson.D{{Key: "levels", Value: 1}}, nil,
+	out := make(map[string]int, len(b))
+	for k, v := range b {
+		out[k] = v.n
+	}
+	return out, nil
+}
+
+// booking is what the holders of one counter key have in common: how many book it and,
+// when asked for, the distinct definitions they were admitted under.
+type booking struct {
+	n    int
+	refs map[lease.DefinitionRef]bool
+}
+
+// bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
+// per counter key, the number of holders that book it and, with refs, their distinct lease
+// references. Only a tenant's own holders book its tenant, project and user counters, so a
+// read for one tenant's counters reads that tenant's holders alone.
+func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[string]*booking, error) {
+	filter := bson.D{}
+	if f.Resource != "" {
+		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
+	}
+	if f.Tenant != "" {
+		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
+	}
+	projection := bson.D{{Key: "levels", Value: 1}}
+	if refs {
+		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
+	}
+	out := map[string]*booking{}
+	err := eachDoc(ctx, s, s.holders, "reading holders", filter, projection, nil,
 		func(d holderDoc) error {
 			for _, k := range d.Levels {
-				out[k]++
+				b := out[k]
+				if b == nil {
+					b = &booking{}
+					out[k] = b
+				}
+				b.n++
+				if refs {
+					if b.refs == nil {
+						b.refs = map[lease.DefinitionRef]bool{}
+					}
+					b.refs[lease.DefinitionRef{Name: d.LeaseName, Tenant: d.Tenant, Project: d.Project}] = true
+				}
 			}
 			return nil
 		})
 	return out, err
+}
+
+// sortedRefs lists the lease references of b in a stable order (none for nil).
+func (b *booking) sortedRefs() []lease.DefinitionRef {
+	if b == nil || len(b.refs) == 0 {
+		return nil
+	}
+	out := make([]lease.DefinitionRef, 0, len(b.refs))
+	for r := range b.refs {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, c := out[i], out[j]
+		if a.Name != c.Name {
+			return a.Name < c.Name
+		}
+		if a.Tenant != c.Tenant {
+			return a.Tenant < c.Tenant
+		}
+		return a.Project < c.Project
+	})
+	return out
 }
 
 // eachCounter calls f with every counter matching filter, in _id order, in batches.
@@ -257,15 +320,19 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 	if err != nil {
 		return nil, err
 	}
-	booked, err := s.booked(ctx, f.Resource)
+	booked, err := s.bookings(ctx, f, true)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]lease.Counter, len(docs))
 	for i, d := range docs {
+		b := booked[d.ID]
 		out[i] = lease.Counter{
 			Key: d.ID, Resource: d.Resource, Level: lease.Level(d.Level), Scope: d.Scope,
-			Count: d.Count, UpdatedAt: d.UpdatedAt, Booked: booked[d.ID],
+			Count: d.Count, UpdatedAt: d.UpdatedAt, BookedBy: b.sortedRefs(),
+		}
+		if b != nil {
+			out[i].Booked = b.n
 		}
 	}
 	return out, nil

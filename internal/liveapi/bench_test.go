@@ -11,8 +11,9 @@ import (
 const benchHolders = 1000
 
 // BenchmarkLiveAPI measures, through the real kube-apiserver and aggregation layer as a
-// cluster operator, listing a namespace of 1000 holders in pages of 500 and getting one
-// holder by token: latency per operation and store round trips per operation.
+// cluster operator, listing a namespace of 1000 holders in pages of 500, getting one holder
+// by token and listing the namespace's counters with their caps: latency per operation,
+// store round trips and definition resolutions per operation.
 func BenchmarkLiveAPI(b *testing.B) {
 	first := ""
 	for i := range benchHolders {
@@ -56,5 +57,22 @@ func BenchmarkLiveAPI(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(storeCommands.Load()-rt0)/float64(b.N), "storeRT/get")
+	})
+	// 28 counters (tenant, project, 26 users) booked by 1000 holders of one lease in one
+	// project: one resolution per list, not one per holder or counter.
+	b.Run("list-counters-with-caps", func(b *testing.B) {
+		cc := client(b, operator).Resource(counters).Namespace(nsBench)
+		rt0, res0 := storeCommands.Load(), resolutions.Load()
+		for b.Loop() {
+			list, err := cc.List(ctxT(b), metav1.ListOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(list.Items) != 28 {
+				b.Fatalf("listed %d counters, want 28", len(list.Items))
+			}
+		}
+		b.ReportMetric(float64(storeCommands.Load()-rt0)/float64(b.N), "storeRT/list")
+		b.ReportMetric(float64(resolutions.Load()-res0)/float64(b.N), "resolutions/list")
 	})
 }

@@ -60,10 +60,32 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 	if err != nil {
 		return nil, storeError("listing counters", err)
 	}
-	var out []livev1alpha1.LeaseCounter
+	type shown struct {
+		c   lease.Counter
+		nss []string
+	}
+	var visible []shown
+	var booked []lease.Counter
 	for _, c := range cs {
-		for _, ns := range sc.in(s.views.counterNamespaces(c)) {
-			out = append(out, counterObject(c, ns))
+		if nss := sc.in(s.views.counterNamespaces(c)); len(nss) > 0 {
+			visible = append(visible, shown{c, nss})
+			booked = append(booked, c)
+		}
+	}
+	// Only the counters this namespace shows have their bookers resolved.
+	var res map[lease.DefinitionRef]resolution
+	if s.deps.Caps != nil {
+		res = resolveBookers(ctx, s.deps.Caps, booked)
+	}
+	var out []livev1alpha1.LeaseCounter
+	for _, v := range visible {
+		for _, ns := range v.nss {
+			obj := counterObject(v.c, ns)
+			if s.deps.Caps != nil {
+				cc := capOf(v.c, res)
+				obj.Cap, obj.CapReason, obj.CapNote = cc.Cap, cc.Reason, cc.Note
+			}
+			out = append(out, obj)
 		}
 	}
 	return out, nil

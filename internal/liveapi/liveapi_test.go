@@ -32,8 +32,14 @@ func ctxT(t testing.TB) context.Context {
 // revocation runs the handler in this process) and releases it on cleanup.
 func acquire(t testing.TB, tenant, res, user string) lease.Holder {
 	t.Helper()
+	return acquireAs(t, res, tenant, res, user)
+}
+
+// acquireAs is acquire with the holder's lease name set apart from its resource.
+func acquireAs(t testing.TB, leaseName, tenant, res, user string) lease.Holder {
+	t.Helper()
 	h, err := store.Acquire(context.Background(), leasestore.AcquireRequest{
-		LeaseName: res, Resource: res, Tenant: tenant, Project: "p1", User: user, Type: "tex",
+		LeaseName: leaseName, Resource: res, Tenant: tenant, Project: "p1", User: user, Type: "tex",
 		Caps: []lease.LevelCap{{Level: lease.LevelUser, Cap: 1 << 20}, {Level: lease.LevelProject, Cap: 1 << 20},
 			{Level: lease.LevelTenant, Cap: 1 << 20}, {Level: lease.LevelGlobal, Cap: 1 << 20}},
 		Pod: self, PodBound: true, TTL: time.Hour,

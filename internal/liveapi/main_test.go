@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,8 +15,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/podwatch"
@@ -111,8 +114,12 @@ func run(m *testing.M) (int, error) {
 		revocation.WithMetrics(reaps), revocation.WithRegisterer(reg))
 	go func() { _ = disp.Start(ctx) }()
 
+	if err := setupDefinitions(); err != nil {
+		return 1, err
+	}
 	env, err = livetest.Start(ctx, liveapi.Deps{
 		Store:    store,
+		Caps:     countedCaps{resolver},
 		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
 		Listener: disp,
 		Pods:     selfOnly{},
@@ -126,6 +133,47 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	return m.Run(), nil
+}
+
+// The definitions of the suite, as a defaults directory of the built-in layer: capped caps
+// every level; share-a and share-b book one resource, agreeing on the project cap and not
+// on the tenant cap. Leases other tests book directly in the store (named after their
+// resource) have no definition.
+var suiteDefinitions = fstest.MapFS{
+	"capped.yaml":  {Data: []byte("name: capped\nlevels: {global: 9, tenant: 5, project: 3, user: 2}\nwaitMs: 0\n")},
+	"share-a.yaml": {Data: []byte("name: share-a\nresource: shared\nlevels: {tenant: 3, project: 2}\nwaitMs: 0\n")},
+	"share-b.yaml": {Data: []byte("name: share-b\nresource: shared\nlevels: {tenant: 5, project: 2}\nwaitMs: 0\n")},
+}
+
+var (
+	// resolver is the definitions resolver the live API publishes caps from.
+	resolver *definition.Resolver
+	// svc acquires as the admission API does, under the suite's definitions.
+	svc *leasing.Service
+)
+
+// resolutions counts the definitions the live API resolves (benchmarks).
+var resolutions atomic.Int64
+
+// countedCaps is the suite's resolver, counted.
+type countedCaps struct{ r *definition.Resolver }
+
+func (c countedCaps) Resolve(ctx context.Context, tenant, project, name string) (definition.Definition, error) {
+	resolutions.Add(1)
+	return c.r.Resolve(ctx, tenant, project, name)
+}
+
+func setupDefinitions() error {
+	builtins, err := definition.LoadBuiltins(suiteDefinitions)
+	if err != nil {
+		return err
+	}
+	if errs := builtins.Problems(); len(errs) > 0 {
+		return fmt.Errorf("suite definitions: %v", errs)
+	}
+	resolver = definition.NewResolver(builtins, nil)
+	svc = leasing.NewService(store, resolver, leasing.NewStaticTypes("tex"))
+	return nil
 }
 
 // selfOnly is a pod view that knows only that nothing but the manager's own pod runs.

@@ -94,6 +94,9 @@ type Deps struct {
 	Listener Listener
 	// Sweeper runs one reaper round (nil: sweeps answer 503).
 	Sweeper Sweeper
+	// Caps resolves the definitions of the holders that book a counter, to publish its cap
+	// (*definition.Resolver; nil: counters publish no cap). See docs/live-api.md, "Caps".
+	Caps CapResolver
 	// Pods reports pod liveness for the ALIVE column (nil: unknown).
 	Pods PodStatus
 	// Clock for ages and idle times (nil: the real clock).

@@ -2,6 +2,7 @@ package liveapi
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,10 +40,12 @@ var counterColumns = []metav1.TableColumnDefinition{
 	{Name: "Level", Type: "string", Description: "user, project, tenant or global."},
 	{Name: "Scope", Type: "string", Description: "tenant/user, tenant/project, tenant or *."},
 	{Name: "Count", Type: "integer", Description: "The stored count."},
+	{Name: "Cap", Type: "string", Description: "The level's cap in the bookers' current definitions; <ambiguous>, <none> (uncapped) or <unknown> without one."},
 	{Name: "Booked", Type: "integer", Description: "Holders that book the counter."},
 	{Name: "Drift", Type: "string", Description: "DRIFT when count and booked differ."},
 	{Name: "Updated", Type: "string", Description: "Time since the last change."},
 	{Name: "Key", Type: "string", Priority: 1, Description: "The counter's key in the store."},
+	{Name: "Cap-Note", Type: "string", Priority: 1, Description: "Why the counter publishes no cap."},
 }
 
 func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
@@ -95,11 +98,26 @@ func counterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 			drift = "DRIFT"
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells:  []any{c.Name, c.Resource, c.Level, c.Scope, c.Count, c.Booked, drift, since(c.UpdatedAt, now), c.Key},
+			Cells: []any{c.Name, c.Resource, c.Level, c.Scope, c.Count, capCell(c), c.Booked, drift, since(c.UpdatedAt, now),
+				c.Key, orNone(c.CapNote)},
 			Object: runtime.RawExtension{Object: c},
 		})
 	}
 	return t, nil
+}
+
+// capCell is the CAP column: the cap, or why there is none.
+func capCell(c *livev1alpha1.LeaseCounter) string {
+	switch {
+	case c.Cap > 0:
+		return strconv.FormatInt(c.Cap, 10)
+	case c.CapReason == livev1alpha1.CapReasonAmbiguous:
+		return "<ambiguous>"
+	case c.CapReason == livev1alpha1.CapReasonUncapped:
+		return "<none>"
+	default:
+		return "<unknown>"
+	}
 }
 
 func since(t metav1.Time, now time.Time) string {

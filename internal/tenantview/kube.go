@@ -7,7 +7,6 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -111,14 +110,13 @@ func holderFrom(o map[string]any) (Holder, error) {
 	}, nil
 }
 
-// counterFrom reads a LeaseCounter object. The level's cap is read from a "cap" field when
-// the server publishes one (LeaseCounter has none yet; see docs/tenant-view.md).
+// counterFrom reads a LeaseCounter object, with the cap the server publishes (or why it
+// publishes none; docs/live-api.md, "Caps").
 func counterFrom(o map[string]any) (Counter, error) {
 	var c livev1alpha1.LeaseCounter
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &c); err != nil {
 		return Counter{}, fmt.Errorf("decoding a LeaseCounter: %w", err)
 	}
-	capacity, _, _ := unstructured.NestedInt64(o, "cap")
 	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked,
-		Cap: capacity, UpdatedAt: c.UpdatedAt.Time}, nil
+		Cap: c.Cap, CapReason: c.CapReason, CapNote: c.CapNote, UpdatedAt: c.UpdatedAt.Time}, nil
 }

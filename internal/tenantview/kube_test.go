@@ -10,33 +10,34 @@ import (
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 )
 
-func TestCounterFromReadsACapWhenPublished(t *testing.T) {
+func TestCounterFromReadsTheCap(t *testing.T) {
 	updated := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&livev1alpha1.LeaseCounter{
-		Resource: "tex", Level: "tenant", Scope: "acme", Count: 2, Booked: 1, Drift: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj["updatedAt"] = updated.Format(time.RFC3339)
+	base := livev1alpha1.LeaseCounter{Resource: "tex", Level: "tenant", Scope: "acme", Count: 2, Booked: 1, Drift: true}
 	cases := map[string]struct {
-		cap  any
-		want int64
+		reason, note string
+		capN         int64
+		want         Counter
 	}{
-		"no cap field": {want: 0},
-		"a cap":        {cap: int64(3), want: 3},
+		"no cap field": {want: Counter{}},
+		"a cap":        {capN: 3, want: Counter{Cap: 3}},
+		"ambiguous": {reason: livev1alpha1.CapReasonAmbiguous, note: "ambiguous: ...",
+			want: Counter{CapReason: livev1alpha1.CapReasonAmbiguous, CapNote: "ambiguous: ..."}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			o := runtime.DeepCopyJSON(obj)
-			if tc.cap != nil {
-				o["cap"] = tc.cap
+			c := base
+			c.Cap, c.CapReason, c.CapNote = tc.capN, tc.reason, tc.note
+			o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&c)
+			if err != nil {
+				t.Fatal(err)
 			}
+			o["updatedAt"] = updated.Format(time.RFC3339)
 			got, err := counterFrom(o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Counter{Resource: "tex", Level: "tenant", Scope: "acme", Count: 2, Booked: 1, Cap: tc.want, UpdatedAt: updated}
+			want := tc.want
+			want.Resource, want.Level, want.Scope, want.Count, want.Booked, want.UpdatedAt = "tex", "tenant", "acme", 2, 1, updated
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("counter (-want +got):\n%s", diff)
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 )
 
 // Holder is one live holder as the view shows it (a LeaseHolder of the live API).
@@ -36,9 +38,39 @@ type Counter struct {
 	Count    int64
 	// Booked is the number of holders that book the counter: what reconcile corrects Count to.
 	Booked int64
-	// Cap is the level's cap when the API publishes it; 0 when unknown.
-	Cap       int64
+	// Cap is the level's cap the API publishes; 0 when it publishes none.
+	Cap int64
+	// CapReason is the API's reason for publishing no cap (Ambiguous, Uncapped,
+	// Unresolved, NotBooked); CapNote explains it.
+	CapReason string
+	CapNote   string
 	UpdatedAt time.Time
+}
+
+// CapState is how the view shows a counter's cap.
+type CapState string
+
+// The cap states: a bar against the cap, a mark for definitions that disagree, a note for a
+// level no definition caps, and "unknown" for everything else (docs/tenant-view.md).
+const (
+	CapKnown     CapState = "known"
+	CapAmbiguous CapState = "ambiguous"
+	CapNone      CapState = "uncapped"
+	CapUnknown   CapState = "unknown"
+)
+
+// capState classifies a counter's cap as the API published it.
+func capState(c Counter) CapState {
+	switch {
+	case c.Cap > 0:
+		return CapKnown
+	case c.CapReason == livev1alpha1.CapReasonAmbiguous:
+		return CapAmbiguous
+	case c.CapReason == livev1alpha1.CapReasonUncapped:
+		return CapNone
+	default:
+		return CapUnknown
+	}
 }
 
 // Levels a tenant may see, in the order the view lists them: widest first. The global level
@@ -92,6 +124,10 @@ type CounterRow struct {
 	// exceeded.
 	Drift     int64
 	DriftText string
+	// CapState says whether a bar is drawn (CapKnown) or why not.
+	CapState CapState
+	// Occupancy is the bar's text equivalent: "3 of 6" with a cap, "3 in use" without.
+	Occupancy string
 	// Percent is Count/Cap in percent, capped at 100 (0 without a cap).
 	Percent int
 	Full    bool
@@ -160,7 +196,10 @@ func buildPage(namespace string, now time.Time, holders []Holder, counters []Cou
 		}
 		row := CounterRow{Counter: c, Drift: c.Count - c.Booked, DriftText: driftText(c.Count - c.Booked),
 			Updated: humanDuration(nonNegative(now.Sub(c.UpdatedAt)))}
-		if c.Cap > 0 {
+		row.CapState = capState(c)
+		row.Occupancy = fmt.Sprintf("%d in use", c.Count)
+		if row.CapState == CapKnown {
+			row.Occupancy = fmt.Sprintf("%d of %d", c.Count, c.Cap)
 			row.Percent = int(min(100, max(0, c.Count)*100/c.Cap))
 			row.Full = c.Count >= c.Cap
 			row.Low, row.High = float64(c.Cap)/2, float64(c.Cap)-0.5

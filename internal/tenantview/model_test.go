@@ -39,25 +39,31 @@ func TestBuildPageCounters(t *testing.T) {
 		{Resource: "browser", Level: "tenant", Scope: "acme", Count: 4, Booked: 4, Cap: 2, UpdatedAt: now},
 		{Resource: "tex", Level: "bogus", Scope: "acme", Count: 1, Booked: 1, UpdatedAt: now},
 		{Resource: "tex", Level: "project", Scope: "acme/idle", Count: 0, Booked: 0, Cap: 1, UpdatedAt: now},
+		{Resource: "pdf", Level: "tenant", Scope: "acme", Count: 2, Booked: 2, CapReason: "Ambiguous", UpdatedAt: now},
+		{Resource: "pdf", Level: "project", Scope: "acme/thesis", Count: 2, Booked: 2, CapReason: "Uncapped", UpdatedAt: now},
 	}
 	p := buildPage("acme", now, nil, counters, false)
 	type row struct {
 		Resource, Level, Scope, Drift string
+		Cap                           CapState
+		Occupancy                     string
 		Percent                       int
 		Full                          bool
 	}
 	var got []row
 	for _, g := range p.Resources {
 		for _, c := range g.Counters {
-			got = append(got, row{c.Resource, c.Level, c.Scope, c.DriftText, c.Percent, c.Full})
+			got = append(got, row{c.Resource, c.Level, c.Scope, c.DriftText, c.CapState, c.Occupancy, c.Percent, c.Full})
 		}
 	}
 	want := []row{
-		{"browser", "tenant", "acme", "", 100, true},
-		{"tex", "tenant", "acme", "+1", 100, true},
-		{"tex", "project", "acme/idle", "", 0, false},
-		{"tex", "project", "acme/thesis", "", 0, false},
-		{"tex", "user", "acme/ann", "", 100, true},
+		{"browser", "tenant", "acme", "", CapKnown, "4 of 2", 100, true},
+		{"pdf", "tenant", "acme", "", CapAmbiguous, "2 in use", 0, false},
+		{"pdf", "project", "acme/thesis", "", CapNone, "2 in use", 0, false},
+		{"tex", "tenant", "acme", "+1", CapKnown, "3 of 3", 100, true},
+		{"tex", "project", "acme/idle", "", CapKnown, "0 of 1", 0, false},
+		{"tex", "project", "acme/thesis", "", CapUnknown, "1 in use", 0, false},
+		{"tex", "user", "acme/ann", "", CapKnown, "1 of 1", 100, true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("counters (-want +got):\n%s", diff)
@@ -68,11 +74,11 @@ func TestBuildPageCounters(t *testing.T) {
 			inUse = append(inUse, c.Resource+" "+c.Level)
 		}
 	}
-	if diff := cmp.Diff([]string{"browser tenant", "tex tenant", "tex project", "tex user"}, inUse); diff != "" {
+	if diff := cmp.Diff([]string{"browser tenant", "pdf tenant", "pdf project", "tex tenant", "tex project", "tex user"}, inUse); diff != "" {
 		t.Errorf("counters in use (-want +got):\n%s", diff)
 	}
-	if p.DriftCount != 1 || !p.Resources[1].Drift || p.Resources[0].Drift {
-		t.Errorf("drift: count %d, browser %v, tex %v; want 1, false, true", p.DriftCount, p.Resources[0].Drift, p.Resources[1].Drift)
+	if p.DriftCount != 1 || !p.Resources[2].Drift || p.Resources[0].Drift {
+		t.Errorf("drift: count %d, browser %v, tex %v; want 1, false, true", p.DriftCount, p.Resources[0].Drift, p.Resources[2].Drift)
 	}
 }
 

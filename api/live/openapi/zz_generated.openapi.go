@@ -183,6 +183,27 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 							Format:      "",
 						},
 					},
+					"cap": {
+						SchemaProps: spec.SchemaProps{
+							Description: "cap is the level's cap in the current definitions of the holders that book the counter; absent when it is not known (see capReason). It reflects the definitions as they are now, not the cap a holder was admitted against.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"capReason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "capReason says why cap is absent: NotBooked, Unresolved, Ambiguous or Uncapped.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"capNote": {
+						SchemaProps: spec.SchemaProps{
+							Description: "capNote explains capReason for people (which definitions disagree, which one could not be resolved).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"updatedAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "updatedAt is the store's time of the last change.",

@@ -117,10 +117,38 @@ type LeaseCounter struct {
 	Booked int64 `json:"booked"`
 	// drift is true when count and booked differ.
 	Drift bool `json:"drift"`
+	// cap is the level's cap in the current definitions of the holders that book the
+	// counter; absent when it is not known (see capReason). It reflects the definitions as
+	// they are now, not the cap a holder was admitted against.
+	// +optional
+	Cap int64 `json:"cap,omitempty"`
+	// capReason says why cap is absent: NotBooked, Unresolved, Ambiguous or Uncapped.
+	// +optional
+	CapReason string `json:"capReason,omitempty"`
+	// capNote explains capReason for people (which definitions disagree, which one could
+	// not be resolved).
+	// +optional
+	CapNote string `json:"capNote,omitempty"`
 	// updatedAt is the store's time of the last change.
 	// +optional
 	UpdatedAt metav1.Time `json:"updatedAt,omitzero"`
 }
+
+// Reasons of LeaseCounter.capReason: why a counter publishes no cap (docs/live-api.md,
+// "Caps").
+const (
+	// CapReasonNotBooked: no holder books the counter (count 0, or drift), so no definition
+	// says what its cap is.
+	CapReasonNotBooked = "NotBooked"
+	// CapReasonUnresolved: the definition of a holder that books the counter could not be
+	// resolved now (unavailable, deleted, or it now names another resource).
+	CapReasonUnresolved = "Unresolved"
+	// CapReasonAmbiguous: the holders that book the counter were admitted under definitions
+	// that now give the level different caps (several lease names share the resource).
+	CapReasonAmbiguous = "Ambiguous"
+	// CapReasonUncapped: the current definitions do not cap the level any more.
+	CapReasonUncapped = "Uncapped"
+)
 
 // LeaseCounterList is a list of counters.
 // +kubebuilder:object:root=true

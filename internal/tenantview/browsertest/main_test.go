@@ -72,13 +72,14 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	svc := leasing.NewService(store, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex"))
+	resolver := definition.NewResolver(builtins, nil)
+	svc := leasing.NewService(store, resolver, leasing.NewStaticTypes("tex"))
 	adm := httptest.NewServer(httpapi.NewHandler(svc))
 	defer adm.Close()
 	admission = adm.URL
 
 	tenants := tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}}
-	if env, err = livetest.Start(ctx, liveapi.Deps{Store: store, Tenants: tenants}, systemNS, nsAcme, nsGlobex); err != nil {
+	if env, err = livetest.Start(ctx, liveapi.Deps{Store: store, Tenants: tenants, Caps: resolver}, systemNS, nsAcme, nsGlobex); err != nil {
 		return 1, err
 	}
 	defer func() { _ = env.Stop() }()

@@ -94,8 +94,15 @@ func startView(t testing.TB, user *rest.Config, namespace string, opts ...tenant
 const (
 	jsHolders  = `[...document.querySelectorAll("tr.holder")].map(r => r.dataset.holder)`
 	jsCounters = `[...document.querySelectorAll("tr.counter")].map(r => r.dataset.level + " " + r.dataset.scope + (r.classList.contains("drift") ? " drift" : ""))`
-	jsHeading  = `document.querySelector("main h2").textContent.trim()`
-	jsRevokes  = `document.querySelectorAll("a.danger").length`
+	// jsBars lists the occupancy card's levels as a person reads them: level, scope, the
+	// bar's value/max when one is drawn, and its text.
+	jsBars = `[...document.querySelectorAll("#occupancy li.level")].map(li => {
+		const m = li.querySelector("meter");
+		return li.dataset.level + " " + li.dataset.scope + ": " + (m ? "bar " + m.value + "/" + m.max + ", " : "") +
+			li.querySelector(".num").textContent.trim().replace(/\s+/g, " ");
+	})`
+	jsHeading = `document.querySelector("main h2").textContent.trim()`
+	jsRevokes = `document.querySelectorAll("a.danger").length`
 )
 
 func sorted(s ...string) []string {
@@ -125,6 +132,13 @@ func TestTenantSeesItsOwnHoldersAndCountersOnly(t *testing.T) {
 		if _, scope, _ := strings.Cut(c, " "); scope != "acme" && !strings.HasPrefix(scope, "acme/") {
 			t.Errorf("alice's view lists counter %q, not of tenant acme", c)
 		}
+	}
+	// Occupancy against the caps of the compiled-in tex definition (tenant 3, project 1,
+	// user uncapped: no user counter).
+	wantBars := sorted("tenant acme: bar 2/3, 2 of 3", "project acme/thesis: bar 1/1, 1 of 1 full",
+		"project acme/website: bar 1/1, 1 of 1 full")
+	if got := sorted(browser.Eval[[]string](ctx, t, jsBars)...); !slices.Equal(got, wantBars) {
+		t.Errorf("alice's occupancy bars %q, want %q", got, wantBars)
 	}
 	if n := browser.Eval[float64](ctx, t, `document.querySelectorAll('[data-level="global"]').length`); n != 0 {
 		t.Errorf("alice's view shows %v elements of the global level", n)
