@@ -57,10 +57,10 @@ const (
 type Fairness string
 
 const (
-	// FairnessProcess: each process serves its own waiters oldest first; across processes a
+	// FairnessProcess means each process serves its own waiters oldest first; across processes a
 	// freed slot goes to whichever woken waiter reaches the store first. No queue in the store.
 	FairnessProcess Fairness = "process"
-	// FairnessGlobal: the oldest waiter gets the slot first, across processes, through a queue
+	// FairnessGlobal means the oldest waiter gets the slot first, across processes, through a queue
 	// of reservations in the store; costs a few store round trips per waiting acquisition.
 	FairnessGlobal Fairness = "global"
 )

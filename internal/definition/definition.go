@@ -20,10 +20,10 @@ const (
 type Fairness string
 
 const (
-	// FairProcess: no queue in the store. Across processes a freed slot goes to whichever
+	// FairProcess means no queue in the store: across processes a freed slot goes to whichever
 	// woken waiter reaches the store first; no order and no starvation bound across processes.
 	FairProcess Fairness = "process"
-	// FairGlobal: a waiter reserves a place in the store's queue of the full level, ordered by
+	// FairGlobal means a waiter reserves a place in the store's queue of the full level, ordered by
 	// the server's time, and takes a freed slot only when its turn has come; while anyone
 	// queues there, acquisitions without a reservation take no slot at that level. The
 	// oldest waiter gets the slot first, across processes.
