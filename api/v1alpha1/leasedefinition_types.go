@@ -235,6 +235,7 @@ type LeaseDefinitionStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Resource",type=string,priority=1,JSONPath=`.status.effective.resource`
+// +kubebuilder:printcolumn:name="Fairness",type=string,priority=1,JSONPath=`.status.effective.fairness`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type LeaseDefinition struct {
 	metav1.TypeMeta `json:",inline"`
