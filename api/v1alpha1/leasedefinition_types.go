@@ -51,6 +51,20 @@ const (
 	ReasonAllFieldsOwned = "AllFieldsOwned"
 )
 
+// Fairness is the order in which waiting acquisitions in different processes (manager
+// replicas, agents) get the slots freed at a level that is full (docs/waiting.md).
+// +kubebuilder:validation:Enum=process;global
+type Fairness string
+
+const (
+	// FairnessProcess means each process serves its own waiters oldest first; across processes a
+	// freed slot goes to whichever woken waiter reaches the store first. No queue in the store.
+	FairnessProcess Fairness = "process"
+	// FairnessGlobal means the oldest waiter gets the slot first, across processes, through a queue
+	// of reservations in the store; costs a few store round trips per waiting acquisition.
+	FairnessGlobal Fairness = "global"
+)
+
 // LeaseLevels are the quota caps of the four levels of the funnel. An unset level is not
 // capped (pass-through); a cap of 1 makes the lease exclusive at that level.
 type LeaseLevels struct {
@@ -133,6 +147,14 @@ type LeaseDefinitionSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=600000
 	WaitMs *int32 `json:"waitMs,omitempty"`
+
+	// fairness is the order in which waiters of different processes get the slots freed at a
+	// full level: process (each process its own waiters oldest first, across processes whoever
+	// reaches the store first) or global (the oldest waiter first across processes, through a
+	// queue in the store). Defaults to process. Owned by the system layer; ignored on a tenant
+	// or project layer.
+	// +optional
+	Fairness *Fairness `json:"fairness,omitempty"`
 }
 
 // EffectiveDefinition is the merged definition at an object's scope: what an acquisition in
@@ -157,6 +179,10 @@ type EffectiveDefinition struct {
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	WaitMs *int32 `json:"waitMs,omitempty"`
+
+	// fairness is the merged order across processes of the waiters at a full level.
+	// +required
+	Fairness Fairness `json:"fairness,omitempty"`
 
 	// noop is true when no level is capped: acquisitions succeed without touching the store.
 	// +optional
@@ -209,6 +235,7 @@ type LeaseDefinitionStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Resource",type=string,priority=1,JSONPath=`.status.effective.resource`
+// +kubebuilder:printcolumn:name="Fairness",type=string,priority=1,JSONPath=`.status.effective.fairness`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type LeaseDefinition struct {
 	metav1.TypeMeta `json:",inline"`

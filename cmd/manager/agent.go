@@ -101,6 +101,7 @@ func runAgent(args []string) error {
 	}
 	k8ssource.RegisterTenancyInvalidation(tenants, resolver)
 	wt := newWaiting()
+	wt.followDefinitions(resolver)
 	store, closeStore, err := setupStore(f.store, wt.storeOptions()...)
 	if err != nil {
 		return err

@@ -117,6 +117,7 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
+	wt.followDefinitions(resolver)
 	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver, tenants); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
@@ -26,6 +27,13 @@ func (w waiting) storeOptions() []leasestore.Option {
 // serviceOptions make the acquisition service wait in the queue.
 func (w waiting) serviceOptions() []leasing.Option {
 	return []leasing.Option{leasing.WithWaitQueue(w.queue)}
+}
+
+// followDefinitions wakes every waiter of the process when a definition may have changed (the
+// resolver's cache was invalidated), so that each re-resolves and a raised cap is taken at
+// once rather than at its next safety look (docs/waiting.md, "Definition changes").
+func (w waiting) followDefinitions(r *definition.Resolver) {
+	r.OnChange(func() { w.queue.WakeAll() })
 }
 
 // startNotifier follows the other processes' freed slots until ctx ends. It runs on every

@@ -151,6 +151,7 @@ type definitionJSON struct {
 	Levels     map[string]int    `json:"levels"`
 	TTLSeconds float64           `json:"ttlSeconds"`
 	WaitMs     int64             `json:"waitMs"`
+	Fairness   string            `json:"fairness"`
 	NoOp       bool              `json:"noop"`
 	Origin     map[string]string `json:"origin"`
 	Layers     []layerJSON       `json:"layers"`
@@ -174,7 +175,7 @@ func toDefinitionJSON(ex Explanation) definitionJSON {
 	d := ex.Result.Definition
 	out := definitionJSON{
 		Name: ex.Scope.Name, Tenant: ex.Scope.Tenant, Project: ex.Scope.Project,
-		Resource: d.Resource, TTLSeconds: d.TTL.Seconds(), WaitMs: d.Wait.Milliseconds(), NoOp: d.NoOp(),
+		Resource: d.Resource, TTLSeconds: d.TTL.Seconds(), WaitMs: d.Wait.Milliseconds(), Fairness: string(d.Fairness), NoOp: d.NoOp(),
 		Levels: map[string]int{}, Origin: map[string]string{}, Layers: []layerJSON{}, Ignored: []ignoredJSON{},
 	}
 	for _, lv := range []struct {
@@ -255,6 +256,7 @@ func RenderExplanation(w io.Writer, ex Explanation) error {
 	t.row(string(definition.FieldLevelsUser), capValue(d.Caps.User), from(definition.FieldLevelsUser, "not capped"))
 	t.row(string(definition.FieldTTLSeconds), strconv.FormatFloat(d.TTL.Seconds(), 'f', -1, 64), from(definition.FieldTTLSeconds, "default"))
 	t.row(string(definition.FieldWaitMs), strconv.FormatInt(d.Wait.Milliseconds(), 10), from(definition.FieldWaitMs, "default"))
+	t.row(string(definition.FieldFairness), string(d.Fairness), from(definition.FieldFairness, "default"))
 	if err := t.flush(); err != nil {
 		return err
 	}

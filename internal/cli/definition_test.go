@@ -98,6 +98,7 @@ levels.project   1          project: LeaseDefinition acme/tex-website
 levels.user      -          not capped
 ttlSeconds       300        project: LeaseDefinition acme/tex-website
 waitMs           5000       system: LeaseDefinition lease-system/tex
+fairness         process    default
 
 Layers (widest first):
   LAYER     DOCUMENT
@@ -117,14 +118,15 @@ Ignored fields (set on a layer that does not own them):
 			lease:  "tex", tenant: "acme", project: "_tenant",
 			want: `Lease tex in acme/_tenant (tenant-wide: no project layer), as an acquisition sees it (read now, no cache):
 
-FIELD            VALUE   FROM
-resource         tex     default (the lease name)
-levels.global    6       builtin: built-in tex.yaml
-levels.tenant    3       builtin: built-in tex.yaml
-levels.project   1       builtin: built-in tex.yaml
-levels.user      -       not capped
-ttlSeconds       120     builtin: built-in tex.yaml
-waitMs           10000   builtin: built-in tex.yaml
+FIELD            VALUE     FROM
+resource         tex       default (the lease name)
+levels.global    6         builtin: built-in tex.yaml
+levels.tenant    3         builtin: built-in tex.yaml
+levels.project   1         builtin: built-in tex.yaml
+levels.user      -         not capped
+ttlSeconds       120       builtin: built-in tex.yaml
+waitMs           10000     builtin: built-in tex.yaml
+fairness         process   default
 
 Layers (widest first):
   LAYER     DOCUMENT
@@ -142,14 +144,15 @@ Ignored fields: none
 			want: `Lease nosuch in _vance/_tenant (the system scope: built-in and system layers only), as an acquisition sees it (read now, no cache):
 NOOP: no level is capped; an acquisition succeeds without touching the store.
 
-FIELD            VALUE    FROM
-resource         nosuch   default (the lease name)
-levels.global    -        not capped
-levels.tenant    -        not capped
-levels.project   -        not capped
-levels.user      -        not capped
-ttlSeconds       120      default
-waitMs           10000    default
+FIELD            VALUE     FROM
+resource         nosuch    default (the lease name)
+levels.global    -         not capped
+levels.tenant    -         not capped
+levels.project   -         not capped
+levels.user      -         not capped
+ttlSeconds       120       default
+waitMs           10000     default
+fairness         process   default
 
 Layers (widest first):
   LAYER     DOCUMENT
@@ -165,14 +168,15 @@ Ignored fields: none
 			lease:  "pool", tenant: "acme", project: "p",
 			want: `Lease pool in acme/p, as an acquisition sees it (read now, no cache):
 
-FIELD            VALUE   FROM
-resource         pool    default (the lease name)
-levels.global    -       not capped
-levels.tenant    -       not capped
-levels.project   -       not capped
-levels.user      1       builtin: defaults-dir pool.yaml
-ttlSeconds       120     default
-waitMs           10000   default
+FIELD            VALUE     FROM
+resource         pool      default (the lease name)
+levels.global    -         not capped
+levels.tenant    -         not capped
+levels.project   -         not capped
+levels.user      1         builtin: defaults-dir pool.yaml
+ttlSeconds       120       default
+waitMs           10000     default
+fairness         process   default
 
 Layers (widest first):
   LAYER     DOCUMENT
@@ -326,6 +330,7 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 		Levels                          map[string]int
 		TTLSeconds                      float64
 		WaitMs                          int64
+		Fairness                        string
 		NoOp                            bool
 		Origin                          map[string]string
 		Layers                          []struct{ Kind, Source string }
@@ -338,7 +343,7 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 	want := defJSON{
 		Name: "tex", Tenant: "acme", Project: "website", Resource: "tex",
 		Levels:     map[string]int{"global": 8, "tenant": 2, "project": 2},
-		TTLSeconds: 300, WaitMs: 10000,
+		TTLSeconds: 300, WaitMs: 10000, Fairness: "process",
 		Origin: map[string]string{
 			"resource":       "default",
 			"levels.global":  "system: LeaseDefinition lease-system/tex-system",
@@ -347,6 +352,7 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 			"levels.user":    "default",
 			"ttlSeconds":     "project: LeaseDefinition acme/tex-website",
 			"waitMs":         "builtin: built-in tex.yaml",
+			"fairness":       "default",
 		},
 		Layers: []struct{ Kind, Source string }{
 			{"builtin", "built-in tex.yaml"},
@@ -365,7 +371,7 @@ func TestDefinitionAgainstCluster(t *testing.T) {
 
 	// The table names the layers; a namespace without documents leaves only the built-in.
 	r = mustRun(t, nil, "definition", "tex", "--tenant", "acme", "--project", "website", "--kubeconfig", path)
-	if !strings.Contains(r.stdout, "levels.tenant    2       tenant: LeaseDefinition acme/tex-acme") {
+	if !strings.Contains(r.stdout, "levels.tenant    2         tenant: LeaseDefinition acme/tex-acme") {
 		t.Errorf("definition table:\n%s", r.stdout)
 	}
 	r = mustRun(t, nil, "definition", "tex", "--tenant", "acme", "--project", "website", "--kubeconfig", path,

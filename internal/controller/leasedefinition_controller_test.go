@@ -147,10 +147,12 @@ var _ = Describe("LeaseDefinition", func() {
 		system := create(ctx, newDef(systemNS, ns+"-system", "suitebuiltin", sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Levels = levels(8, 0, 0, 0)
 			s.WaitMs = ptr.To[int32](1000)
+			s.Fairness = ptr.To(leasev1alpha1.FairnessGlobal)
 		}))
 		tenant := create(ctx, newDef(home("t1"), "tenant-t1", "suitebuiltin", "t1", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Resource = ptr.To("pool-t1")
-			s.Levels = levels(100, 3, 0, 0) // a tenant cannot raise the global ceiling
+			s.Levels = levels(100, 3, 0, 0)                    // a tenant cannot raise the global ceiling
+			s.Fairness = ptr.To(leasev1alpha1.FairnessProcess) // nor opt out of the operator's order
 		}))
 		project := create(ctx, newDef(home("t1"), "project-t1-p1", "suitebuiltin", "t1", "p1", func(s *leasev1alpha1.LeaseDefinitionSpec) {
 			s.Resource = ptr.To("mine") // a project does not land on its own counter
@@ -159,32 +161,32 @@ var _ = Describe("LeaseDefinition", func() {
 		}))
 
 		expectResolves(ctx, "t1", "p1", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-t1",
-			Caps: definition.Caps{Global: 8, Tenant: 3, Project: 1, User: 1}, TTL: 30 * time.Second, Wait: time.Second})
+			Caps: definition.Caps{Global: 8, Tenant: 3, Project: 1, User: 1}, TTL: 30 * time.Second, Wait: time.Second, Fairness: definition.FairGlobal})
 		expectResolves(ctx, "t1", "p2", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-t1",
-			Caps: definition.Caps{Global: 8, Tenant: 3, Project: 2}, TTL: time.Minute, Wait: time.Second})
+			Caps: definition.Caps{Global: 8, Tenant: 3, Project: 2}, TTL: time.Minute, Wait: time.Second, Fairness: definition.FairGlobal})
 		expectResolves(ctx, "t2", "p1", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-a",
-			Caps: definition.Caps{Global: 8, Tenant: 4, Project: 2}, TTL: time.Minute, Wait: time.Second})
+			Caps: definition.Caps{Global: 8, Tenant: 4, Project: 2}, TTL: time.Minute, Wait: time.Second, Fairness: definition.FairGlobal})
 
 		expectStatus(ctx, system, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionFalse, leasev1alpha1.ReasonAllFieldsOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(BeEmpty())
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-a", Levels: levels(8, 4, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000)}))
+				Resource: "pool-a", Levels: levels(8, 4, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
 		})
 		expectStatus(ctx, tenant, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionTrue, leasev1alpha1.ReasonFieldsNotOwned)(g, st)
-			g.Expect(st.IgnoredFields).To(Equal([]string{"levels.global"}))
+			g.Expect(st.IgnoredFields).To(Equal([]string{"levels.global", "fairness"}))
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-t1", Levels: levels(8, 3, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000)}))
+				Resource: "pool-t1", Levels: levels(8, 3, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
 		})
 		expectStatus(ctx, project, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionTrue, leasev1alpha1.ReasonFieldsNotOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(Equal([]string{"resource"}))
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-t1", Levels: levels(8, 3, 1, 1), TTLSeconds: 30, WaitMs: ptr.To[int32](1000)}))
+				Resource: "pool-t1", Levels: levels(8, 3, 1, 1), TTLSeconds: 30, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
 		})
 	})
 
@@ -198,7 +200,7 @@ var _ = Describe("LeaseDefinition", func() {
 		}))
 		def := func(global, tenant int) definition.Definition {
 			return definition.Definition{Name: lease, Resource: lease, Caps: definition.Caps{Global: global, Tenant: tenant},
-				TTL: definition.DefaultTTL, Wait: definition.DefaultWait}
+				TTL: definition.DefaultTTL, Wait: definition.DefaultWait, Fairness: definition.FairProcess}
 		}
 		// Resolve (and cache) three scopes.
 		expectResolves(ctx, "a", "p", lease, def(5, 2))
@@ -233,7 +235,7 @@ var _ = Describe("LeaseDefinition", func() {
 		}))
 		def := func(project int) definition.Definition {
 			return definition.Definition{Name: lease, Resource: lease, Caps: definition.Caps{Global: 3, Tenant: 2, Project: project},
-				TTL: definition.DefaultTTL, Wait: definition.DefaultWait}
+				TTL: definition.DefaultTTL, Wait: definition.DefaultWait, Fairness: definition.FairProcess}
 		}
 		expectResolves(ctx, "a", "p", lease, def(1))
 
@@ -307,15 +309,15 @@ var _ = Describe("LeaseDefinition", func() {
 			s.WaitMs = ptr.To[int32](0)
 		}))
 		expectResolves(ctx, "a", "p", lease, definition.Definition{Name: lease, Resource: lease,
-			Caps: definition.Caps{Global: 5, User: 2}, TTL: definition.DefaultTTL, Wait: 0})
+			Caps: definition.Caps{Global: 5, User: 2}, TTL: definition.DefaultTTL, Wait: 0, Fairness: definition.FairProcess})
 
 		remove(ctx, project)
 		expectResolves(ctx, "a", "p", lease, definition.Definition{Name: lease, Resource: lease,
-			Caps: definition.Caps{Global: 5, User: 1}, TTL: definition.DefaultTTL, Wait: definition.DefaultWait})
+			Caps: definition.Caps{Global: 5, User: 1}, TTL: definition.DefaultTTL, Wait: definition.DefaultWait, Fairness: definition.FairProcess})
 
 		remove(ctx, system)
 		expectResolves(ctx, "a", "p", lease, definition.Definition{Name: lease, Resource: lease,
-			TTL: definition.DefaultTTL, Wait: definition.DefaultWait})
+			TTL: definition.DefaultTTL, Wait: definition.DefaultWait, Fairness: definition.FairProcess})
 		d, err := resolver.Resolve(ctx, "a", "p", lease)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(d.NoOp()).To(BeTrue())
@@ -428,10 +430,10 @@ var _ = Describe("LeaseDefinition", func() {
 			})
 		}
 		expectResolves(ctx, "acme", "website", "tex", definition.Definition{Name: "tex", Resource: "tex",
-			Caps: definition.Caps{Global: 6, Tenant: 2, Project: 2}, TTL: 5 * time.Minute, Wait: 30 * time.Second})
+			Caps: definition.Caps{Global: 6, Tenant: 2, Project: 2}, TTL: 5 * time.Minute, Wait: 30 * time.Second, Fairness: definition.FairGlobal})
 		expectResolves(ctx, "acme", "docs", "tex", definition.Definition{Name: "tex", Resource: "tex",
-			Caps: definition.Caps{Global: 6, Tenant: 2, Project: 1}, TTL: 2 * time.Minute, Wait: 30 * time.Second})
+			Caps: definition.Caps{Global: 6, Tenant: 2, Project: 1}, TTL: 2 * time.Minute, Wait: 30 * time.Second, Fairness: definition.FairGlobal})
 		expectResolves(ctx, "globex", "web", "browser", definition.Definition{Name: "browser", Resource: "browser-sessions",
-			Caps: definition.Caps{Global: 20, Tenant: 5, User: 1}, TTL: 5 * time.Minute, Wait: 5 * time.Second})
+			Caps: definition.Caps{Global: 20, Tenant: 5, User: 1}, TTL: 5 * time.Minute, Wait: 5 * time.Second, Fairness: definition.FairProcess})
 	})
 })

@@ -87,6 +87,7 @@ func effective(d definition.Definition) *leasev1alpha1.EffectiveDefinition {
 		Resource:   d.Resource,
 		TTLSeconds: int32(d.TTL / time.Second),
 		WaitMs:     ptr.To(int32(d.Wait / time.Millisecond)),
+		Fairness:   leasev1alpha1.Fairness(d.Fairness),
 		NoOp:       d.NoOp(),
 	}
 	if !d.NoOp() {
@@ -120,7 +121,7 @@ func describe(d definition.Definition) string {
 			caps = append(caps, fmt.Sprintf("%s %d", c.level, c.v))
 		}
 	}
-	return fmt.Sprintf("Resolved: resource %s, caps %s, ttl %s, wait %s", d.Resource, strings.Join(caps, ", "), d.TTL, d.Wait)
+	return fmt.Sprintf("Resolved: resource %s, caps %s, ttl %s, wait %s, fairness %s", d.Resource, strings.Join(caps, ", "), d.TTL, d.Wait, d.Fairness)
 }
 
 // oneLine joins a multi-line (errors.Join) message.

@@ -19,7 +19,7 @@ func TestBuildStatus(t *testing.T) {
 	earlier := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := earlier.Add(time.Hour)
 	texDef := definition.Definition{Name: "tex", Resource: "tex", Caps: definition.Caps{Global: 6, Tenant: 3, Project: 1},
-		TTL: 2 * time.Minute, Wait: 10 * time.Second}
+		TTL: 2 * time.Minute, Wait: 10 * time.Second, Fairness: definition.FairGlobal}
 	ready := func(s metav1.ConditionStatus, reason, msg string, at time.Time) metav1.Condition {
 		return metav1.Condition{Type: leasev1alpha1.ConditionReady, Status: s, Reason: reason, Message: msg,
 			ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(at)}
@@ -29,10 +29,10 @@ func TestBuildStatus(t *testing.T) {
 			Reason: leasev1alpha1.ReasonAllFieldsOwned, Message: "Every field set is owned by this layer",
 			ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(at)}
 	}
-	resolvedMsg := "Resolved: resource tex, caps global 6, tenant 3, project 1, ttl 2m0s, wait 10s"
+	resolvedMsg := "Resolved: resource tex, caps global 6, tenant 3, project 1, ttl 2m0s, wait 10s, fairness global"
 	texEffective := &leasev1alpha1.EffectiveDefinition{Resource: "tex",
 		Levels:     &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](6), Tenant: ptr.To[int32](3), Project: ptr.To[int32](1)},
-		TTLSeconds: 120, WaitMs: ptr.To[int32](10000)}
+		TTLSeconds: 120, WaitMs: ptr.To[int32](10000), Fairness: leasev1alpha1.FairnessGlobal}
 
 	cases := map[string]struct {
 		prev leasev1alpha1.LeaseDefinitionStatus
@@ -52,9 +52,9 @@ func TestBuildStatus(t *testing.T) {
 				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved, resolvedMsg, earlier), noneIgnored(earlier)}},
 		},
 		"NOOP": {
-			v: verdict{result: definition.Result{Definition: definition.Definition{Name: "x", Resource: "x", TTL: time.Minute}}},
+			v: verdict{result: definition.Result{Definition: definition.Definition{Name: "x", Resource: "x", TTL: time.Minute, Fairness: definition.FairProcess}}},
 			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
-				Effective: &leasev1alpha1.EffectiveDefinition{Resource: "x", TTLSeconds: 60, WaitMs: ptr.To[int32](0), NoOp: true},
+				Effective: &leasev1alpha1.EffectiveDefinition{Resource: "x", TTLSeconds: 60, WaitMs: ptr.To[int32](0), Fairness: leasev1alpha1.FairnessProcess, NoOp: true},
 				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved,
 					"Resolved: no level is capped, acquisitions are NOOP (resource x)", now), noneIgnored(now)}},
 		},

@@ -47,7 +47,7 @@ var _ = Describe("LeaseDefinitions and tenant namespaces", func() {
 		globexNS := tenantNamespace(ctx, "globex")
 		def := func(global, tenant int) definition.Definition {
 			return definition.Definition{Name: lease, Resource: lease, Caps: definition.Caps{Global: global, Tenant: tenant},
-				TTL: definition.DefaultTTL, Wait: definition.DefaultWait}
+				TTL: definition.DefaultTTL, Wait: definition.DefaultWait, Fairness: definition.FairProcess}
 		}
 
 		create(ctx, newDef(systemNS, lease+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
@@ -94,7 +94,7 @@ var _ = Describe("LeaseDefinitions and tenant namespaces", func() {
 		// system layer.
 		relabel(ctx, teamA, "acme")
 		expectResolves(ctx, "acme", "web", lease, definition.Definition{Name: lease, Resource: lease,
-			Caps: definition.Caps{Global: 5, Tenant: 1, Project: 1}, TTL: definition.DefaultTTL, Wait: definition.DefaultWait})
+			Caps: definition.Caps{Global: 5, Tenant: 1, Project: 1}, TTL: definition.DefaultTTL, Wait: definition.DefaultWait, Fairness: definition.FairProcess})
 		expectStatus(ctx, unlabelled, haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved))
 		expectStatus(ctx, attack, notPermitted(`"`+teamA+`"`))
 	})

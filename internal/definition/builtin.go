@@ -19,11 +19,12 @@ var compiled embed.FS
 
 // document is the YAML form of a definition document (docs/design.md, "Lease definitions").
 type document struct {
-	Name       string  `json:"name"`
-	Resource   *string `json:"resource,omitempty"`
-	Levels     *Levels `json:"levels,omitempty"`
-	TTLSeconds *int32  `json:"ttlSeconds,omitempty"`
-	WaitMs     *int32  `json:"waitMs,omitempty"`
+	Name       string    `json:"name"`
+	Resource   *string   `json:"resource,omitempty"`
+	Levels     *Levels   `json:"levels,omitempty"`
+	TTLSeconds *int32    `json:"ttlSeconds,omitempty"`
+	WaitMs     *int32    `json:"waitMs,omitempty"`
+	Fairness   *Fairness `json:"fairness,omitempty"`
 }
 
 // ParseDocument parses a built-in document named <name>.yaml strictly: unknown or duplicate
@@ -45,7 +46,7 @@ func ParseDocument(fileName string, data []byte, source string) (Layer, error) {
 		return Layer{}, &lease.InvalidError{Field: "name", Detail: fmt.Sprintf("%q must match the file name %q", doc.Name, fileName)}
 	}
 	l := Layer{Kind: KindBuiltin, Source: source, Name: doc.Name, Resource: doc.Resource,
-		TTLSeconds: doc.TTLSeconds, WaitMs: doc.WaitMs}
+		TTLSeconds: doc.TTLSeconds, WaitMs: doc.WaitMs, Fairness: doc.Fairness}
 	if doc.Levels != nil {
 		l.Levels = *doc.Levels
 	}

@@ -28,6 +28,8 @@ func TestParseDocument(t *testing.T) {
 				TTLSeconds: ptr[int32](120), WaitMs: ptr[int32](10000)},
 		},
 		"only a name":          {file: "x.yaml", data: "name: x\n", want: Layer{Kind: KindBuiltin, Source: "src", Name: "x"}},
+		"fairness":             {file: "x.yaml", data: "name: x\nfairness: global\n", want: Layer{Kind: KindBuiltin, Source: "src", Name: "x", Fairness: ptr(FairGlobal)}},
+		"unknown fairness":     {file: "x.yaml", data: "name: x\nfairness: fifo\n", wantErr: `fairness: must be process or global, got "fifo"`},
 		"name must match file": {file: "tex.yaml", data: "name: texx\n", wantErr: `name: "texx" must match the file name "tex.yaml"`},
 		"name is required":     {file: "tex.yaml", data: "levels: {global: 1}\n", wantErr: "name: is required"},
 		"empty file":           {file: "tex.yaml", data: "", wantErr: "name: is required"},

@@ -8,7 +8,30 @@ const (
 	DefaultTTL = 120 * time.Second
 	// DefaultWait is the wait for a free slot when no layer sets waitMs.
 	DefaultWait = 10 * time.Second
+	// DefaultFairness is the policy when no layer sets fairness: on the development server,
+	// which runs one command at a time, the global queue's extra round trips cost a contended
+	// resource most of its throughput (docs/waiting.md, "Fairness policies").
+	DefaultFairness = FairProcess
 )
+
+// Fairness is the order in which waiters of different processes (manager replicas, agents)
+// get the slots freed at the level that is full (docs/waiting.md, "Fairness policies").
+// Within one process waiters are always served oldest first.
+type Fairness string
+
+const (
+	// FairProcess means no queue in the store: across processes a freed slot goes to whichever
+	// woken waiter reaches the store first; no order and no starvation bound across processes.
+	FairProcess Fairness = "process"
+	// FairGlobal means a waiter reserves a place in the store's queue of the full level, ordered by
+	// the server's time, and takes a freed slot only when its turn has come; while anyone
+	// queues there, acquisitions without a reservation take no slot at that level. The
+	// oldest waiter gets the slot first, across processes.
+	FairGlobal Fairness = "global"
+)
+
+// Valid reports whether f is a known policy.
+func (f Fairness) Valid() bool { return f == FairProcess || f == FairGlobal }
 
 // NoneReference is the lease reference that disables the lease ("none" or empty means no
 // lease; docs/design.md, "NOOP").
@@ -38,6 +61,8 @@ type Definition struct {
 	Wait time.Duration
 	// Inline is true for a definition carried inline by the consumer.
 	Inline bool
+	// Fairness is the order across processes in which waiters get freed slots.
+	Fairness Fairness
 }
 
 // NoOp reports whether the definition caps no level: acquisitions succeed without any store

@@ -8,14 +8,15 @@ import (
 )
 
 // InlineSpec is a lease definition carried inline by a consumer (docs/design.md, "Inline
-// definitions"), decodable from the request JSON. Resource, Levels.Global and Levels.Tenant
-// exist only so that a request setting them can be rejected by name.
+// definitions"), decodable from the request JSON. Resource, Levels.Global, Levels.Tenant and
+// Fairness exist only so that a request setting them can be rejected by name.
 type InlineSpec struct {
-	Name       string  `json:"name"`
-	Resource   *string `json:"resource,omitempty"`
-	Levels     Levels  `json:"levels,omitzero"`
-	TTLSeconds *int32  `json:"ttlSeconds,omitempty"`
-	WaitMs     *int32  `json:"waitMs,omitempty"`
+	Name       string    `json:"name"`
+	Resource   *string   `json:"resource,omitempty"`
+	Levels     Levels    `json:"levels,omitzero"`
+	TTLSeconds *int32    `json:"ttlSeconds,omitempty"`
+	WaitMs     *int32    `json:"waitMs,omitempty"`
+	Fairness   *Fairness `json:"fairness,omitempty"`
 }
 
 // inlineField is the request path of an inline field, as reported in an *InvalidError.
@@ -23,7 +24,7 @@ func inlineField(f Field) string { return "inline." + string(f) }
 
 // Inline resolves an inline definition for (tenant, project): no layers and no merge. The
 // same ownership as for the project layer applies, but a field the project may not set is
-// rejected rather than ignored: resource, levels.global and levels.tenant fail with an
+// rejected rather than ignored: resource, levels.global, levels.tenant and fairness fail with an
 // *InvalidError naming the field. The counter lives on the project-private resource
 // mcp-inline:<tenant>/<project>/<name>, so an inline definition can never occupy a shared
 // funnel. Without any cap the definition is a NOOP.
@@ -39,7 +40,7 @@ func Inline(tenant, project string, spec InlineSpec) (Definition, error) {
 			Detail: fmt.Sprintf("%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", spec.Name)}
 	}
 	l := Layer{Kind: KindProject, Name: spec.Name, Resource: spec.Resource, Levels: spec.Levels,
-		TTLSeconds: spec.TTLSeconds, WaitMs: spec.WaitMs}
+		TTLSeconds: spec.TTLSeconds, WaitMs: spec.WaitMs, Fairness: spec.Fairness}
 	if ign := IgnoredFields(l); len(ign) > 0 {
 		return Definition{}, &lease.InvalidError{Field: inlineField(ign[0]),
 			Detail: "is not allowed in an inline definition (only levels.project, levels.user, ttlSeconds and waitMs); shared ceilings belong in a name reference"}
@@ -59,6 +60,7 @@ func Inline(tenant, project string, spec InlineSpec) (Definition, error) {
 		TTL:      DefaultTTL,
 		Wait:     DefaultWait,
 		Inline:   true,
+		Fairness: DefaultFairness, // a project-private resource: no other tenant waits there
 	}
 	if v := spec.TTLSeconds; v != nil {
 		if *v < 1 || *v > MaxTTLSeconds {

@@ -36,24 +36,27 @@ const (
 	FieldLevelsUser    Field = "levels.user"
 	FieldTTLSeconds    Field = "ttlSeconds"
 	FieldWaitMs        Field = "waitMs"
+	FieldFairness      Field = "fairness"
 )
 
 // AllFields returns the mergeable fields in document order.
 func AllFields() []Field {
 	return []Field{FieldResource, FieldLevelsGlobal, FieldLevelsTenant, FieldLevelsProject,
-		FieldLevelsUser, FieldTTLSeconds, FieldWaitMs}
+		FieldLevelsUser, FieldTTLSeconds, FieldWaitMs, FieldFairness}
 }
 
 // Owns reports whether a layer of the kind may set the field: the field-ownership table of
 // docs/design.md, "Four layers, merged per field".
 //
-//	levels.global                               builtin, system
+//	levels.global, fairness                     builtin, system
 //	resource, levels.tenant                     builtin, system, tenant
 //	levels.project, levels.user, ttlSeconds,    all four
 //	waitMs
 func Owns(kind Kind, field Field) bool {
 	switch field {
-	case FieldLevelsGlobal:
+	case FieldLevelsGlobal, FieldFairness:
+		// fairness orders the waiters of every tenant on a shared resource: like the global
+		// ceiling it is the operator's (docs/waiting.md, "Fairness policies").
 		return kind == KindBuiltin || kind == KindSystem
 	case FieldResource, FieldLevelsTenant:
 		return kind == KindBuiltin || kind == KindSystem || kind == KindTenant
@@ -88,6 +91,7 @@ type Layer struct {
 	Levels     Levels
 	TTLSeconds *int32
 	WaitMs     *int32
+	Fairness   *Fairness
 }
 
 // SetFields returns the fields the document sets, in document order.
@@ -117,6 +121,8 @@ func (l Layer) has(f Field) bool {
 		return l.TTLSeconds != nil
 	case FieldWaitMs:
 		return l.WaitMs != nil
+	case FieldFairness:
+		return l.Fairness != nil
 	default:
 		return false
 	}

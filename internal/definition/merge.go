@@ -67,6 +67,7 @@ func Merge(s Stack) (Result, error) {
 	res := Result{Origin: map[Field]string{}}
 	var resource *string
 	var global, tenant, project, user, ttl, wait *int32
+	var fairness *Fairness
 	for _, l := range layers {
 		if ign := IgnoredFields(l); len(ign) > 0 {
 			res.Ignored = append(res.Ignored, Ignored{Source: l.Source, Kind: l.Kind, Fields: ign})
@@ -87,11 +88,18 @@ func Merge(s Stack) (Result, error) {
 		take(FieldLevelsUser, &user, l.Levels.User)
 		take(FieldTTLSeconds, &ttl, l.TTLSeconds)
 		take(FieldWaitMs, &wait, l.WaitMs)
+		if l.Fairness != nil && Owns(l.Kind, FieldFairness) {
+			fairness = l.Fairness
+			res.Origin[FieldFairness] = l.Source
+		}
 	}
 
-	d := Definition{Name: s.Scope.Name, Resource: s.Scope.Name, TTL: DefaultTTL, Wait: DefaultWait}
+	d := Definition{Name: s.Scope.Name, Resource: s.Scope.Name, TTL: DefaultTTL, Wait: DefaultWait, Fairness: DefaultFairness}
 	if resource != nil {
 		d.Resource = *resource
+	}
+	if fairness != nil {
+		d.Fairness = *fairness
 	}
 	d.Caps = Caps{Global: deref(global), Tenant: deref(tenant), Project: deref(project), User: deref(user)}
 	if ttl != nil {

@@ -32,14 +32,14 @@ func TestMerge(t *testing.T) {
 		"no layer at all is a NOOP with defaults": {
 			stack: Stack{Scope: scope},
 			want: Result{
-				Definition: Definition{Name: "tex", Resource: "tex", TTL: DefaultTTL, Wait: DefaultWait},
+				Definition: Definition{Name: "tex", Resource: "tex", TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairProcess},
 				Origin:     map[Field]string{},
 			},
 		},
 		"built-in only": {
 			stack: Stack{Scope: scope, Builtin: builtin},
 			want: Result{
-				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6, Tenant: 3, Project: 1}, TTL: DefaultTTL, Wait: DefaultWait},
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6, Tenant: 3, Project: 1}, TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairProcess},
 				Origin: map[Field]string{FieldLevelsGlobal: "built-in tex.yaml", FieldLevelsTenant: "built-in tex.yaml",
 					FieldLevelsProject: "built-in tex.yaml"},
 			},
@@ -47,7 +47,7 @@ func TestMerge(t *testing.T) {
 		"system overrides the built-in field by field": {
 			stack: Stack{Scope: scope, Builtin: builtin, System: system},
 			want: Result{
-				Definition: Definition{Name: "tex", Resource: "tex2pdf", Caps: Caps{Global: 10, Tenant: 3, Project: 1}, TTL: time.Minute, Wait: DefaultWait},
+				Definition: Definition{Name: "tex", Resource: "tex2pdf", Caps: Caps{Global: 10, Tenant: 3, Project: 1}, TTL: time.Minute, Wait: DefaultWait, Fairness: FairProcess},
 				Origin: map[Field]string{FieldResource: "sys", FieldLevelsGlobal: "sys", FieldLevelsTenant: "built-in tex.yaml",
 					FieldLevelsProject: "built-in tex.yaml", FieldTTLSeconds: "sys"},
 			},
@@ -55,7 +55,7 @@ func TestMerge(t *testing.T) {
 		"tenant cannot raise the global ceiling": {
 			stack: Stack{Scope: scope, Builtin: builtin, System: system, Tenant: tenant},
 			want: Result{
-				Definition: Definition{Name: "tex", Resource: "acme-tex", Caps: Caps{Global: 10, Tenant: 5, Project: 1}, TTL: time.Minute, Wait: 2 * time.Second},
+				Definition: Definition{Name: "tex", Resource: "acme-tex", Caps: Caps{Global: 10, Tenant: 5, Project: 1}, TTL: time.Minute, Wait: 2 * time.Second, Fairness: FairProcess},
 				Origin: map[Field]string{FieldResource: "ten", FieldLevelsGlobal: "sys", FieldLevelsTenant: "ten",
 					FieldLevelsProject: "built-in tex.yaml", FieldTTLSeconds: "sys", FieldWaitMs: "ten"},
 				Ignored: []Ignored{{Source: "ten", Kind: KindTenant, Fields: []Field{FieldLevelsGlobal}}},
@@ -64,7 +64,7 @@ func TestMerge(t *testing.T) {
 		"project owns only project, user, ttl and wait": {
 			stack: Stack{Scope: scope, Builtin: builtin, System: system, Tenant: tenant, Project: project},
 			want: Result{
-				Definition: Definition{Name: "tex", Resource: "acme-tex", Caps: Caps{Global: 10, Tenant: 5, Project: 2, User: 1}, TTL: 30 * time.Second, Wait: 0},
+				Definition: Definition{Name: "tex", Resource: "acme-tex", Caps: Caps{Global: 10, Tenant: 5, Project: 2, User: 1}, TTL: 30 * time.Second, Wait: 0, Fairness: FairProcess},
 				Origin: map[Field]string{FieldResource: "ten", FieldLevelsGlobal: "sys", FieldLevelsTenant: "ten",
 					FieldLevelsProject: "prj", FieldLevelsUser: "prj", FieldTTLSeconds: "prj", FieldWaitMs: "prj"},
 				Ignored: []Ignored{
@@ -77,9 +77,45 @@ func TestMerge(t *testing.T) {
 			stack: Stack{Scope: scope, Project: &Layer{Kind: KindProject, Source: "prj", Name: "tex", Tenant: "acme", Project: "web",
 				Levels: Levels{User: ptr[int32](1)}}},
 			want: Result{
-				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{User: 1}, TTL: DefaultTTL, Wait: DefaultWait},
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{User: 1}, TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairProcess},
 				Origin:     map[Field]string{FieldLevelsUser: "prj"},
 			},
+		},
+		"fairness is the system layer's; tenant and project settings are ignored": {
+			stack: Stack{Scope: scope, Builtin: builtin,
+				System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex", Tenant: SystemTenant, Project: TenantProject,
+					Fairness: ptr(FairGlobal)},
+				Tenant: &Layer{Kind: KindTenant, Source: "ten", Name: "tex", Tenant: "acme", Project: TenantProject,
+					Fairness: ptr(FairProcess)},
+				Project: &Layer{Kind: KindProject, Source: "prj", Name: "tex", Tenant: "acme", Project: "web",
+					Fairness: ptr(FairProcess), WaitMs: ptr[int32](500)}},
+			want: Result{
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6, Tenant: 3, Project: 1}, TTL: DefaultTTL,
+					Wait: 500 * time.Millisecond, Fairness: FairGlobal},
+				Origin: map[Field]string{FieldLevelsGlobal: "built-in tex.yaml", FieldLevelsTenant: "built-in tex.yaml",
+					FieldLevelsProject: "built-in tex.yaml", FieldWaitMs: "prj", FieldFairness: "sys"},
+				Ignored: []Ignored{
+					{Source: "ten", Kind: KindTenant, Fields: []Field{FieldFairness}},
+					{Source: "prj", Kind: KindProject, Fields: []Field{FieldFairness}},
+				},
+			},
+		},
+		"a built-in fairness holds unless the system layer overrides it": {
+			stack: Stack{Scope: scope,
+				Builtin: &Layer{Kind: KindBuiltin, Source: "built-in tex.yaml", Name: "tex", Levels: Levels{Global: ptr[int32](6)},
+					Fairness: ptr(FairGlobal)},
+				Tenant: &Layer{Kind: KindTenant, Source: "ten", Name: "tex", Tenant: "acme", Project: TenantProject,
+					Fairness: ptr(FairProcess)}},
+			want: Result{
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6}, TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairGlobal},
+				Origin:     map[Field]string{FieldLevelsGlobal: "built-in tex.yaml", FieldFairness: "built-in tex.yaml"},
+				Ignored:    []Ignored{{Source: "ten", Kind: KindTenant, Fields: []Field{FieldFairness}}},
+			},
+		},
+		"an unknown fairness fails closed, even on a layer that does not own it": {
+			stack: Stack{Scope: scope, Builtin: builtin, Tenant: &Layer{Kind: KindTenant, Source: "ten", Name: "tex", Tenant: "acme",
+				Project: TenantProject, Fairness: ptr(Fairness("strict"))}},
+			wantErr: `ten: fairness: must be process or global, got "strict"`,
 		},
 		"a cap below 1 fails closed": {
 			stack: Stack{Scope: scope, Builtin: builtin, System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex",
@@ -144,6 +180,7 @@ func TestOwns(t *testing.T) {
 	// The field-ownership table of docs/design.md, spelled out.
 	want := map[Field][]Kind{
 		FieldLevelsGlobal:  {KindBuiltin, KindSystem},
+		FieldFairness:      {KindBuiltin, KindSystem},
 		FieldResource:      {KindBuiltin, KindSystem, KindTenant},
 		FieldLevelsTenant:  {KindBuiltin, KindSystem, KindTenant},
 		FieldLevelsProject: {KindBuiltin, KindSystem, KindTenant, KindProject},
@@ -226,6 +263,10 @@ func TestCheckLayer(t *testing.T) {
 		wantMsg     string
 	}{
 		"alone, with an ignored field": {layer: own, sameKey: []Layer{own}, wantIgnored: []Field{FieldLevelsGlobal}},
+		"a project's fairness is ignored": {
+			layer: Layer{Kind: KindProject, Source: "ns/p", Name: "tex", Tenant: "acme", Project: "web",
+				Levels: Levels{User: ptr[int32](1)}, Fairness: ptr(FairGlobal)},
+			wantIgnored: []Field{FieldFairness}},
 		"in conflict": {layer: own, sameKey: []Layer{other, own}, wantIgnored: []Field{FieldLevelsGlobal},
 			wantErr: ErrConflict, wantMsg: "conflicting lease definitions: ns/a, ns/b"},
 		"invalid": {layer: Layer{Kind: KindProject, Source: "x", Name: "-bad", Tenant: "acme", Project: "p"},

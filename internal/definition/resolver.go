@@ -37,9 +37,10 @@ type Resolver struct {
 
 	cacheSize int
 
-	mu    sync.Mutex
-	epoch uint64    // bumped by every invalidation
-	cache *defCache // bounded LRU: (name, scope) -> definition
+	mu       sync.Mutex
+	epoch    uint64    // bumped by every invalidation
+	cache    *defCache // bounded LRU: (name, scope) -> definition
+	onChange []func()  // run after every invalidation (OnChange)
 }
 
 type scopeKey struct{ tenant, project string }
@@ -182,24 +183,42 @@ func (r *Resolver) explain(ctx context.Context, tenant, project, name string) (R
 	return Merge(stack)
 }
 
+// OnChange registers fn to run after every invalidation, once the cache no longer holds
+// what it dropped: a definition may have changed (a cap raised, say), and the process's
+// waiting acquisitions re-check at once (docs/waiting.md, "Definition changes"). fn runs
+// on the invalidating goroutine (an informer's) and must not block.
+func (r *Resolver) OnChange(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onChange = append(r.onChange, fn)
+}
+
 // Invalidate drops the cached definitions a change of the document under key can affect: a
 // system document drops the name in every scope, a tenant document the name in every scope
 // of that tenant, a project document only that scope.
 func (r *Resolver) Invalidate(key LayerKey) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.epoch++
 	for sk := range r.cache.scopes(key.Name) {
 		if key.Affects(LayerKey{Name: key.Name, Tenant: sk.tenant, Project: sk.project}) {
 			r.cache.remove(key.Name, sk)
 		}
 	}
+	hooks := r.onChange
+	r.mu.Unlock()
+	for _, fn := range hooks {
+		fn()
+	}
 }
 
 // InvalidateAll drops every cached definition.
 func (r *Resolver) InvalidateAll() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.epoch++
 	r.cache.clear()
+	hooks := r.onChange
+	r.mu.Unlock()
+	for _, fn := range hooks {
+		fn()
+	}
 }

@@ -138,25 +138,25 @@ func TestResolve(t *testing.T) {
 		{name: "none is a NOOP", tenant: "acme", project: "web", lease: "none", want: Definition{}},
 		{name: "empty is a NOOP", tenant: "acme", project: "web", lease: "", want: Definition{}},
 		{name: "all four layers", tenant: "acme", project: "web", lease: "tex",
-			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 2, Project: 2}, TTL: 2 * time.Minute, Wait: 0}},
+			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 2, Project: 2}, TTL: 2 * time.Minute, Wait: 0, Fairness: FairProcess}},
 		{name: "another project of the tenant", tenant: "acme", project: "api", lease: "tex",
-			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 2, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second}},
+			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 2, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second, Fairness: FairProcess}},
 		{name: "another tenant", tenant: "other", project: "web", lease: "tex",
-			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 3, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second}},
+			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 3, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second, Fairness: FairProcess}},
 		{name: "tenant-wide scope", tenant: "acme", project: TenantProject, lease: "tex",
-			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 2, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second}},
+			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 2, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second, Fairness: FairProcess}},
 		{name: "system scope", tenant: SystemTenant, project: TenantProject, lease: "tex",
-			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 3, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second}},
+			want: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 4, Tenant: 3, Project: 1}, TTL: 2 * time.Minute, Wait: 10 * time.Second, Fairness: FairProcess}},
 		{name: "system layer only", tenant: "acme", project: "web", lease: "browser",
-			want: Definition{Name: "browser", Resource: "browser", Caps: Caps{Global: 20, User: 1}, TTL: DefaultTTL, Wait: DefaultWait}},
+			want: Definition{Name: "browser", Resource: "browser", Caps: Caps{Global: 20, User: 1}, TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairProcess}},
 		{name: "no caps after merging is a NOOP", tenant: "acme", project: "web", lease: "plain",
-			want: Definition{Name: "plain", Resource: "plain", TTL: 5 * time.Second, Wait: DefaultWait}},
+			want: Definition{Name: "plain", Resource: "plain", TTL: 5 * time.Second, Wait: DefaultWait, Fairness: FairProcess}},
 		{name: "unknown name is a NOOP", tenant: "acme", project: "web", lease: "unknown",
-			want: Definition{Name: "unknown", Resource: "unknown", TTL: DefaultTTL, Wait: DefaultWait}},
+			want: Definition{Name: "unknown", Resource: "unknown", TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairProcess}},
 		{name: "conflict at the tenant layer", tenant: "acme", project: "web", lease: "dup",
 			wantErr: ErrConflict, wantMsg: "ten/acme/dup, ten/acme/dup-2"},
 		{name: "conflict at the tenant layer does not affect other tenants", tenant: "other", project: "web", lease: "dup",
-			want: Definition{Name: "dup", Resource: "dup", TTL: DefaultTTL, Wait: DefaultWait}},
+			want: Definition{Name: "dup", Resource: "dup", TTL: DefaultTTL, Wait: DefaultWait, Fairness: FairProcess}},
 		{name: "conflict at the system layer affects every scope", tenant: "other", project: "web", lease: "sysdup",
 			wantErr: ErrConflict, wantMsg: "sys/sysdup, sys/sysdup-2"},
 		{name: "cap 0 fails closed", tenant: "acme", project: "web", lease: "badcap",
@@ -284,6 +284,33 @@ func TestResolveSeesChangesAfterInvalidation(t *testing.T) {
 	r.Invalidate(LayerKey{"tex", SystemTenant, TenantProject})
 	if got := get("a", "p").Caps.Global; got != 6 {
 		t.Errorf("global = %d after deleting the system document, want the built-in 6", got)
+	}
+}
+
+// TestOnChangeRunsAfterEveryInvalidation: the hooks run after each invalidation, once the
+// cache no longer holds what it dropped, so that a waiter they wake resolves the new
+// definition.
+func TestOnChangeRunsAfterEveryInvalidation(t *testing.T) {
+	source := newMemSource(sysDoc("tex", func(l *Layer) { l.Levels.Global = ptr[int32](4) }))
+	r := NewResolver(mustBuiltins(t, nil), source)
+	var seen []int
+	r.OnChange(func() {
+		d, err := r.Resolve(t.Context(), "a", "p", "tex")
+		if err != nil {
+			t.Errorf("Resolve() in the hook: %v", err)
+			return
+		}
+		seen = append(seen, d.Caps.Global)
+	})
+	if _, err := r.Resolve(t.Context(), "a", "p", "tex"); err != nil {
+		t.Fatal(err)
+	}
+	source.put(sysDoc("tex", func(l *Layer) { l.Levels.Global = ptr[int32](8) }))
+	r.Invalidate(LayerKey{"tex", SystemTenant, TenantProject})
+	source.put(sysDoc("tex", func(l *Layer) { l.Levels.Global = ptr[int32](9) }))
+	r.InvalidateAll()
+	if diff := cmp.Diff([]int{8, 9}, seen); diff != "" {
+		t.Errorf("caps seen by the hook (-want +got):\n%s", diff)
 	}
 }
 

@@ -93,6 +93,9 @@ func ValidateLayer(l Layer) error {
 	if l.WaitMs != nil && (*l.WaitMs < 0 || *l.WaitMs > MaxWaitMs) {
 		add(string(FieldWaitMs), "must be between 0 and %d, got %d", MaxWaitMs, *l.WaitMs)
 	}
+	if l.Fairness != nil && !l.Fairness.Valid() {
+		add(string(FieldFairness), "must be %s or %s, got %q", FairProcess, FairGlobal, *l.Fairness)
+	}
 	return errors.Join(errs...)
 }
 

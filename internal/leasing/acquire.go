@@ -29,12 +29,29 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 		}
 		return Lease{}, err
 	}
+	start := s.clk.Now()
+	for restarted := false; ; restarted = true {
+		l, next, err := s.acquireAs(ctx, req, def, start, restarted)
+		if next == nil {
+			return l, err
+		}
+		// The definition changed while the acquisition waited (a cap raised, say): start
+		// over under the new one, keeping the time already waited (docs/waiting.md,
+		// "Definition changes").
+		def = *next
+	}
+}
+
+// acquireAs acquires under the resolved definition def, waiting from start (restarted: it
+// waited already under an earlier definition). It returns the new definition instead of an
+// answer when def changed while the acquisition waited.
+func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Definition, start time.Time, restarted bool) (Lease, *definition.Definition, error) {
 	if def.NoOp() {
 		s.metrics.Acquire.WithLabelValues(s.labels.of(def.Resource), metrics.AcquireNoop).Inc()
-		return Lease{NoOp: true, Name: def.Name, Resource: def.Resource}, nil
+		return Lease{NoOp: true, Name: def.Name, Resource: def.Resource}, nil, nil
 	}
 	if def.Caps.User > 0 && req.User == "" {
-		return Lease{}, lease.Invalid("user", "is required: lease %s caps the user level", def.Name)
+		return Lease{}, nil, lease.Invalid("user", "is required: lease %s caps the user level", def.Name)
 	}
 
 	wait := def.Wait
@@ -56,11 +73,21 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 		Payload:   req.Payload,
 		TTL:       def.TTL,
 	}
+	current := func(ctx context.Context) (*definition.Definition, error) {
+		d, err := s.resolve(ctx, req) // a cache hit unless a definition changed
+		if err != nil || d == def {
+			return nil, err
+		}
+		return &d, nil
+	}
 	label := s.labels.of(def.Resource)
-	start := s.clk.Now()
 	s.metrics.Waiting.WithLabelValues(label).Inc()
-	h, err := s.acquire(ctx, sreq, start.Add(wait))
+	h, err := s.acquire(ctx, sreq, start.Add(wait), waitPolicy{fairness: def.Fairness, restarted: restarted, current: current})
 	s.metrics.Waiting.WithLabelValues(label).Dec()
+	var changed *definitionChanged
+	if errors.As(err, &changed) {
+		return Lease{}, &changed.next, nil
+	}
 	waited := s.clk.Since(start)
 	var busy *lease.BusyError
 	switch {
@@ -73,12 +100,12 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 		busy.Waited = waited
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireBusy).Inc()
 		s.metrics.AcquireWait.WithLabelValues(label).Observe(waited.Seconds())
-		return Lease{}, err
+		return Lease{}, nil, err
 	case errors.Is(err, lease.ErrInvalid):
-		return Lease{}, err
+		return Lease{}, nil, err
 	default:
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireUnavailable).Inc()
-		return Lease{}, err
+		return Lease{}, nil, err
 	}
 	granted := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL}
 	for _, l := range lease.Levels { // narrow to wide
@@ -88,8 +115,24 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 			}
 		}
 	}
-	return granted, nil
+	return granted, nil, nil
 }
+
+// waitPolicy is what an acquisition waits under.
+type waitPolicy struct {
+	// fairness is the definition's order across processes.
+	fairness definition.Fairness
+	// restarted: the acquisition waited already under a definition that changed since.
+	restarted bool
+	// current re-resolves the definition: nil while it is unchanged.
+	current func(context.Context) (*definition.Definition, error)
+}
+
+// definitionChanged ends a wait whose definition changed; the acquisition starts over under
+// next.
+type definitionChanged struct{ next definition.Definition }
+
+func (*definitionChanged) Error() string { return "the lease definition changed while waiting" }
 
 // resolve returns the definition of a name reference or an inline definition.
 func (s *Service) resolve(ctx context.Context, req Request) (definition.Definition, error) {
@@ -133,15 +176,18 @@ func capsOf(c definition.Caps) []lease.LevelCap {
 // them). While a level stays full it waits for a wake-up (a slot freed in this process, or
 // in another one as told by the notifier) or its jittered safety timer, never past the
 // deadline: a wake-up goes straight to the write path, the safety timer reads first (Probe,
-// and the lazy sweep when full). The first attempt is bounded by ctx and the store's own
-// timeout, every later one by the deadline.
-func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time) (lease.Holder, error) {
+// and the lazy sweep when full). Every wake-up first checks that the definition is unchanged
+// (a cache hit); when it changed, the wait ends with *definitionChanged. The first attempt is
+// bounded by ctx and the store's own timeout, every later one by the deadline.
+func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, p waitPolicy) (lease.Holder, error) {
 	op := "acquiring " + req.Resource
 	w := s.queue.Register(funnelKeys(req)...)
 	defer w.Done()
 
 	var busy *lease.BusyError
-	if info, ok := s.queue.Ahead(funnelKeys(req)...); ok && deadline.After(s.clk.Now()) {
+	// A restarted waiter was in line already: it attempts at once rather than queue behind
+	// the others woken by the same definition change (they would all wait for their timers).
+	if info, ok := s.queue.Ahead(funnelKeys(req)...); ok && !p.restarted && deadline.After(s.clk.Now()) {
 		busy = busyOf(info.(*lease.BusyError))
 	} else {
 		h, err := s.store.Acquire(ctx, req)
@@ -160,7 +206,7 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 	if !deadline.After(s.clk.Now()) {
 		return lease.Holder{}, busy
 	}
-	res, err := s.reserve(ctx, req.Pod, busy)
+	res, err := s.reserve(ctx, p.fairness, req.Pod, busy)
 	if err != nil {
 		if ctx.Err() != nil { // the caller gave up
 			busy.Err = ctx.Err()
@@ -170,6 +216,11 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 	}
 	if res != nil {
 		w.Order(res.At) // wake in the order the store's queue serves
+		if p.restarted {
+			// The queue's barrier kept this waiter from room the change may have made: wake
+			// the oldest waiter of the key, which asks the store whose turn it is.
+			s.queue.Freed([]string{busyKey(busy)})
+		}
 	}
 	defer func() { s.leave(ctx, res) }()
 
@@ -204,6 +255,9 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		remaining = deadline.Sub(s.clk.Now())
 		if remaining <= 0 {
 			return lease.Holder{}, busy
+		}
+		if err := s.recheck(ctx, p, remaining, busy); err != nil {
+			return lease.Holder{}, err
 		}
 		if woke == waitq.Timer {
 			// The safety timer's look: a read only. Room seen is handed to the oldest waiter
@@ -270,6 +324,27 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			return h, nil
 		}
 	}
+}
+
+// recheck resolves the definition again, bounded by remaining: nil while it is unchanged, a
+// *definitionChanged when it changed (a definition change wakes every waiter of the process,
+// docs/waiting.md), the resolver's error when it no longer resolves (fail closed). A
+// resolution cut short by the deadline or the caller answers busy with the last diagnosis.
+func (s *Service) recheck(ctx context.Context, p waitPolicy, remaining time.Duration, last *lease.BusyError) error {
+	rctx, cancel := context.WithTimeout(ctx, remaining)
+	defer cancel()
+	d, err := p.current(rctx)
+	switch {
+	case err != nil && rctx.Err() != nil:
+		b := *last
+		b.Err = ctx.Err()
+		return &b
+	case err != nil:
+		return err
+	case d != nil:
+		return &definitionChanged{next: *d}
+	}
+	return nil
 }
 
 // nextCheck is the pause before a waiter's next own look at the store (safety: the jittered

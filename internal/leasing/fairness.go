@@ -6,41 +6,24 @@ import (
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
-)
-
-// Fairness is the order in which waiters of different processes get freed slots
-// (docs/waiting.md). Within one process waiters are always served oldest first.
-type Fairness string
-
-const (
-	// FairGlobal means a waiter reserves a place in the store's queue of the full level (ordered
-	// by the server's time) and takes a freed slot only when its turn has come; while anyone
-	// queues there, acquisitions without a reservation do not take slots at that level. Costs
-	// per waiting acquisition: two writes to reserve, two to leave, two reads per wake-up,
-	// and one renewal write per process and level every third of the reservation TTL.
-	FairGlobal Fairness = "global"
-	// FairProcess means no store queue; across processes a freed slot goes to whichever woken
-	// waiter reaches the store first (the releasing process's own waiters usually).
-	FairProcess Fairness = "process"
 )
 
 // DefaultReservationTTL is how long a reservation outlives its last renewal: the longest a
 // crashed waiter keeps its place (and the slot it would get idle).
 const DefaultReservationTTL = 5 * time.Second
 
-// WithFairness sets the policy across processes (default FairProcess: on the serialized
-// development server FairGlobal's extra round trips cost more throughput than they buy, see
-// docs/waiting.md).
-func WithFairness(f Fairness) Option { return func(c *config) { c.fairness = f } }
-
 // WithReservationTTL sets how long a reservation outlives its last renewal.
 func WithReservationTTL(d time.Duration) Option { return func(c *config) { c.reservationTTL = d } }
 
-// reserve queues the waiter at the level busy names (FairGlobal), or returns nil.
-func (s *Service) reserve(ctx context.Context, pod lease.PodRef, busy *lease.BusyError) (*leasestore.Reservation, error) {
-	if s.cfg.fairness != FairGlobal {
+// reserve queues the waiter at the level busy names when the definition's policy is
+// definition.FairGlobal (docs/waiting.md, "Fairness policies"), or returns nil. Costs per
+// waiting acquisition: two writes to reserve, two to leave, two reads per wake-up, and one
+// renewal write per process and level every third of the reservation TTL.
+func (s *Service) reserve(ctx context.Context, fairness definition.Fairness, pod lease.PodRef, busy *lease.BusyError) (*leasestore.Reservation, error) {
+	if fairness != definition.FairGlobal {
 		return nil, nil
 	}
 	r, err := s.store.Reserve(ctx, busyKey(busy), pod, s.clk.Now().Add(s.cfg.reservationTTL))
@@ -57,7 +40,7 @@ func (s *Service) requeue(ctx context.Context, pod lease.PodRef, res *leasestore
 		return res, nil
 	}
 	s.leave(ctx, res)
-	return s.reserve(ctx, pod, now)
+	return s.reserve(ctx, definition.FairGlobal, pod, now)
 }
 
 // leave gives the place up (the waiter got its slot, gave up or failed). A failure leaves

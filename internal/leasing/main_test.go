@@ -66,6 +66,7 @@ type leaseDef struct {
 	name, resource                string
 	user, project, tenant, global int32
 	ttlSeconds, waitMs            int32
+	fairness                      definition.Fairness // unset: the default
 }
 
 func (d leaseDef) layer() definition.Layer {
@@ -86,6 +87,9 @@ func (d leaseDef) layer() definition.Layer {
 	if d.waitMs == 0 {
 		zero := int32(0)
 		l.WaitMs = &zero
+	}
+	if d.fairness != "" {
+		l.Fairness = &d.fairness
 	}
 	return l
 }
@@ -114,6 +118,14 @@ func (m *memSource) Layers(_ context.Context, key definition.LayerKey) ([]defini
 		return nil, m.err
 	}
 	return m.docs[key], nil
+}
+
+// set replaces the documents of d's key by d.
+func (m *memSource) set(d leaseDef) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := d.layer()
+	m.docs[definition.LayerKey{Name: l.Name, Tenant: l.Tenant, Project: l.Project}] = []definition.Layer{l}
 }
 
 func (m *memSource) fail(err error) {

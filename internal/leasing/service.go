@@ -27,7 +27,7 @@ type Store interface {
 	Release(ctx context.Context, token string) (released bool, err error)
 	// ReapIdle deletes the idle holders of resource and returns them.
 	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
-	// Reserve, Renew, Turn and Leave are the cross-process wait queue (FairGlobal).
+	// Reserve, Renew, Turn and Leave are the cross-process wait queue (definition.FairGlobal).
 	Reserve(ctx context.Context, key string, pod lease.PodRef, expires time.Time) (leasestore.Reservation, error)
 	Renew(ctx context.Context, key string, expires time.Time) error
 	Turn(ctx context.Context, r leasestore.Reservation, cap int, now time.Time) (mine, localAhead bool, err error)
@@ -119,7 +119,6 @@ type config struct {
 	metrics        *metrics.Metrics
 	safety         time.Duration
 	queue          *waitq.Queue
-	fairness       Fairness
 	reservationTTL time.Duration
 	sweepInterval  time.Duration
 	idleReaper     IdleReaper
@@ -200,7 +199,6 @@ type Service struct {
 func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Option) *Service {
 	cfg := config{
 		safety:         DefaultSafetyTimer,
-		fairness:       FairProcess,
 		reservationTTL: DefaultReservationTTL,
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,

@@ -55,13 +55,16 @@ type benchProcess struct {
 }
 
 // startBenchProcesses starts n processes serving defs on a fresh database.
-func startBenchProcesses(b *testing.B, n int, fairness leasing.Fairness, cmds *storeCmds, defs ...leaseDef) []benchProcess {
+func startBenchProcesses(b *testing.B, n int, fairness definition.Fairness, cmds *storeCmds, defs ...leaseDef) []benchProcess {
 	b.Helper()
 	uri, err := mongotest.URI()
 	if err != nil {
 		b.Fatal(err)
 	}
 	db := mongotest.DatabaseName(b)
+	for i := range defs {
+		defs[i].fairness = fairness // the policy is the definition's (docs/waiting.md)
+	}
 	source := newMemSource(defs...)
 	ps := make([]benchProcess, n)
 	for i := range ps {
@@ -80,7 +83,7 @@ func startBenchProcesses(b *testing.B, n int, fairness leasing.Fairness, cmds *s
 				b.Fatal(err)
 			}
 		}
-		svc := leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), leasing.WithMetrics(metrics.New(prometheus.NewRegistry())), leasing.WithWaitQueue(q), leasing.WithFairness(fairness))
+		svc := leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"), leasing.WithMetrics(metrics.New(prometheus.NewRegistry())), leasing.WithWaitQueue(q))
 		notifier := leasestore.NewNotifier(s, func(keys []string) {
 			lastDelivery.Store(time.Now().UnixNano())
 			q.Notified(keys)
@@ -193,8 +196,8 @@ func BenchmarkPeerWorkload(b *testing.B) {
 	const holders, capacity, waitMs, run = 24, 6, 10000, 10 * time.Second
 	for _, tc := range []struct {
 		n        int
-		fairness leasing.Fairness
-	}{{1, leasing.FairProcess}, {3, leasing.FairProcess}, {1, leasing.FairGlobal}, {3, leasing.FairGlobal}} {
+		fairness definition.Fairness
+	}{{1, definition.FairProcess}, {3, definition.FairProcess}, {1, definition.FairGlobal}, {3, definition.FairGlobal}} {
 		n := tc.n
 		b.Run(fmt.Sprintf("processes=%d/fairness=%s", n, tc.fairness), func(b *testing.B) {
 			cmds := &storeCmds{}
@@ -322,7 +325,7 @@ func BenchmarkHandoff(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			cmds := &storeCmds{}
-			ps := startBenchProcesses(b, tc.procs, leasing.FairProcess, cmds,
+			ps := startBenchProcesses(b, tc.procs, definition.FairProcess, cmds,
 				leaseDef{name: "h", global: capacity, ttlSeconds: 60, waitMs: 10000},
 				leaseDef{name: "solo", global: capacity, ttlSeconds: 60, waitMs: 10000})
 			holderURL, waiterURL := ps[0].srv.URL, ps[len(ps)-1].srv.URL
@@ -395,7 +398,7 @@ func BenchmarkFullLevel(b *testing.B) {
 	const capacity, waiters, procs, run = 6, 18, 3, 4 * time.Second
 	const from, window = 500 * time.Millisecond, 3 * time.Second
 	cmds := &storeCmds{}
-	ps := startBenchProcesses(b, procs, leasing.FairProcess, cmds, leaseDef{name: "f", global: capacity, ttlSeconds: 60, waitMs: 10000})
+	ps := startBenchProcesses(b, procs, definition.FairProcess, cmds, leaseDef{name: "f", global: capacity, ttlSeconds: 60, waitMs: 10000})
 	for i := range capacity {
 		if tok, code, err := acquireHTTP(ps[0].srv.URL, "f", fmt.Sprintf("holder%d", i), 0); err != nil || tok == "" {
 			b.Fatalf("fill: %d %v", code, err)

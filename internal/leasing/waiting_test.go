@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -29,6 +30,8 @@ import (
 type process struct {
 	store    *leasestore.Store
 	queue    *waitq.Queue
+	source   *memSource // shared by the processes of a test
+	resolver *definition.Resolver
 	svc      *leasing.Service
 	notifier *leasestore.Notifier
 	stop     context.CancelFunc
@@ -41,7 +44,7 @@ type processOpts struct {
 	// noNotifier: no notifier follows the other processes' events.
 	noNotifier bool
 	safety     time.Duration
-	fairness   leasing.Fairness
+	clock      clock.WithTicker // nil: real
 	storeOpts  []leasestore.Option
 }
 
@@ -61,7 +64,7 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 	source := newMemSource(defs...)
 	ps := make([]*process, n)
 	for i := range ps {
-		p := &process{queue: waitq.New(), stopped: make(chan struct{})}
+		p := &process{queue: waitq.New(), source: source, stopped: make(chan struct{})}
 		opts := append([]leasestore.Option{}, o.storeOpts...)
 		if !o.noEvents {
 			opts = append(opts, leasestore.WithFreedHook(p.queue.Freed), leasestore.WithFreedEvents())
@@ -92,13 +95,16 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 			_ = s.Close(ctx)
 		})
 		svcOpts := []leasing.Option{leasing.WithWaitQueue(p.queue)}
-		if o.fairness != "" {
-			svcOpts = append(svcOpts, leasing.WithFairness(o.fairness))
+		if o.clock != nil {
+			svcOpts = append(svcOpts, leasing.WithClock(o.clock))
 		}
 		if o.safety > 0 {
 			svcOpts = append(svcOpts, leasing.WithSafetyTimer(o.safety))
 		}
-		p.svc = leasing.NewService(s, definition.NewResolver(nil, source), leasing.NewStaticTypes("tex"),
+		// As cmd/manager wires it: a definition change wakes the process's waiters.
+		p.resolver = definition.NewResolver(nil, source)
+		p.resolver.OnChange(func() { p.queue.WakeAll() })
+		p.svc = leasing.NewService(s, p.resolver, leasing.NewStaticTypes("tex"),
 			append(svcOpts, leasing.WithMetrics(metrics.New(prometheus.NewRegistry())))...)
 		ctx, cancel := context.WithCancel(context.Background())
 		p.stop = cancel
@@ -184,15 +190,15 @@ func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
 // with waiters inside. No level ever exceeds its cap, every surviving holder gets in, and at
 // rest the counters equal the booked holders.
 func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
-	for _, f := range []leasing.Fairness{leasing.FairProcess, leasing.FairGlobal} {
+	for _, f := range []definition.Fairness{definition.FairProcess, definition.FairGlobal} {
 		t.Run(string(f), func(t *testing.T) { waitersKeepTheInvariant(t, f) })
 	}
 }
 
-func waitersKeepTheInvariant(t *testing.T, fairness leasing.Fairness) {
+func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 	const capacity, perProcess, rounds = 3, 4, 6
-	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000}},
-		processOpts{fairness: fairness})
+	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000, fairness: fairness}},
+		processOpts{})
 	stopWatch := capWatch(t, ps[0].store)
 
 	// The fourth process only has waiters that crash with it.
@@ -318,8 +324,8 @@ func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
 // the releasing holder, coming back at once, queues behind them.
 func TestFIFOWithinAProcess(t *testing.T) {
 	const waiters = 5
-	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
-		processOpts{fairness: leasing.FairGlobal})
+	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairGlobal}},
+		processOpts{})
 	p := ps[0]
 	l := mustAcquire(t, p.svc, podReq("x", 0))
 	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
@@ -456,8 +462,8 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 // they queued, and the holder that releases, coming back at once, queues behind all of them
 // (its process has a younger waiter of its own).
 func TestFIFOAcrossProcesses(t *testing.T) {
-	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
-		processOpts{fairness: leasing.FairGlobal})
+	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairGlobal}},
+		processOpts{})
 	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
 	held := mustAcquire(t, ps[0].svc, podReq("x", 0))
 	order := make(chan int, 8)

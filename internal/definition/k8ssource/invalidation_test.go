@@ -53,10 +53,12 @@ func TestLayerFrom(t *testing.T) {
 	ld := &leasev1alpha1.LeaseDefinition{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tex-system"},
 		Spec: leasev1alpha1.LeaseDefinitionSpec{LeaseName: "tex", Tenant: "_vance", Project: "_tenant",
-			Levels: &leasev1alpha1.LeaseLevels{Global: new(int32(6))}, WaitMs: new(int32(0))},
+			Levels: &leasev1alpha1.LeaseLevels{Global: new(int32(6))}, WaitMs: new(int32(0)),
+			Fairness: new(leasev1alpha1.FairnessGlobal)},
 	}
 	want := definition.Layer{Kind: definition.KindSystem, Source: "LeaseDefinition ns/tex-system", Name: "tex",
-		Tenant: "_vance", Project: "_tenant", Levels: definition.Levels{Global: new(int32(6))}, WaitMs: new(int32(0))}
+		Tenant: "_vance", Project: "_tenant", Levels: definition.Levels{Global: new(int32(6))}, WaitMs: new(int32(0)),
+		Fairness: new(definition.FairGlobal)}
 	if diff := cmp.Diff(want, LayerFrom(ld)); diff != "" {
 		t.Errorf("LayerFrom() mismatch (-want +got):\n%s", diff)
 	}

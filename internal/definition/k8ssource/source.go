@@ -76,6 +76,7 @@ func LayerFrom(ld *leasev1alpha1.LeaseDefinition) definition.Layer {
 		Resource:   ld.Spec.Resource,
 		TTLSeconds: ld.Spec.TTLSeconds,
 		WaitMs:     ld.Spec.WaitMs,
+		Fairness:   (*definition.Fairness)(ld.Spec.Fairness),
 	}
 	if lv := ld.Spec.Levels; lv != nil {
 		l.Levels = definition.Levels{Global: lv.Global, Tenant: lv.Tenant, Project: lv.Project, User: lv.User}
