@@ -47,6 +47,7 @@ var _ = Describe("The lease system", func() {
 			Levels:     &leasev1alpha1.LeaseLevels{Global: ptr.To[int32](6), Tenant: ptr.To[int32](2), Project: ptr.To[int32](2)},
 			TTLSeconds: 300,
 			WaitMs:     ptr.To[int32](30000),
+			Fairness:   leasev1alpha1.FairnessGlobal, // the system layer's (config/samples)
 		}))
 
 		By("an acquisition in acme/website getting those caps from the agent")
