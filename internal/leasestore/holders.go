@@ -99,13 +99,32 @@ func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (lease.Holder, 
 // included). Each delete is a compare-and-delete on the lastSeenAt it read, so a
 // touch in between makes it miss.
 func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
+	sw, err := s.SweepIdle(ctx, resource)
+	return sw.Reaped, err
+}
+
+// IdleSweep is what a sweep of idle holders did and saw.
+type IdleSweep struct {
+	// Reaped are the holders it deleted.
+	Reaped []lease.Holder
+	// NextExpiry is how long after the sweep's read the first holder it left in place goes
+	// idle (as a touch would leave it); 0 when it left none. A waiter on a full level looks
+	// again then at the latest (docs/waiting.md, "Safety timer").
+	NextExpiry time.Duration
+}
+
+// SweepIdle is ReapIdle, also telling when the next of the holders it read goes idle.
+func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, error) {
 	now, err := s.ServerTime(ctx)
 	if err != nil {
-		return nil, err
+		return IdleSweep{}, err
 	}
-	filter := bson.D{{Key: "lastSeenAt", Value: bson.D{{Key: "$lt", Value: now}}}}
-	if resource != "" {
-		filter = append(bson.D{{Key: "resource", Value: resource}}, filter...)
+	// One resource: every holder of it, so that the next expiry is the earliest of all of
+	// them. All resources: those last seen before now (in practice all as well); no next
+	// expiry is asked of that sweep.
+	filter := bson.D{{Key: "resource", Value: resource}}
+	if resource == "" {
+		filter = bson.D{{Key: "lastSeenAt", Value: bson.D{{Key: "$lt", Value: now}}}}
 	}
 	// Stream the candidates, keeping only the expired ones: memory grows with what is
 	// reaped, not with the holders (docs/operations.md, "Behaviour at scale").
@@ -114,29 +133,36 @@ func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, 
 		lastSeen time.Time
 	}
 	var expired []candidate
+	var next time.Time
 	err = eachDoc(ctx, s, s.holders, "reading holders", filter,
 		bson.D{{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1}}, nil,
 		func(c holderDoc) error {
 			ttl := time.Duration(c.TTLSeconds * float64(time.Second))
-			if c.LastSeenAt.Add(ttl).Before(now) {
+			switch at := c.LastSeenAt.Add(ttl); {
+			case at.Before(now):
 				expired = append(expired, candidate{id: c.ID, lastSeen: c.LastSeenAt})
+			case next.IsZero() || at.Before(next):
+				next = at
 			}
 			return nil
 		})
-	if err != nil {
-		return nil, err
+	sw := IdleSweep{}
+	if !next.IsZero() {
+		sw.NextExpiry = max(next.Sub(now), time.Millisecond)
 	}
-	var reaped []lease.Holder
+	if err != nil {
+		return sw, err
+	}
 	for _, c := range expired {
 		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "lastSeenAt", Value: c.lastSeen}})
 		if ok { // deleted is reaped, even when its decrement failed (reconcile returns the slots)
-			reaped = append(reaped, h)
+			sw.Reaped = append(sw.Reaped, h)
 		}
 		if err != nil {
-			return reaped, err
+			return sw, err
 		}
 	}
-	return reaped, nil
+	return sw, nil
 }
 
 // HolderPods lists the distinct pods that hold leases, streaming the holders' pods in

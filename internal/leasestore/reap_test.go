@@ -87,6 +87,48 @@ func TestIdleReapAfterTTLAndNotBefore(t *testing.T) {
 	assertNoDrift(t, s)
 }
 
+// TestSweepIdleTellsTheNextExpiry: a sweep of one resource reaps what is idle and says when
+// the first of the holders it leaves goes idle (waiters look then); nothing left, no expiry.
+func TestSweepIdleTellsTheNextExpiry(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	caps := allCaps(3, 3, 3, 3)
+	gone := request("r", "acme", "p", "u", caps)
+	gone.TTL = time.Second
+	idle := mustAcquire(t, s, gone)
+	soon := request("r", "acme", "p", "u", caps)
+	soon.TTL = 40 * time.Second
+	mustAcquire(t, s, soon)
+	mustAcquire(t, s, request("r", "acme", "p", "u", caps)) // an hour
+	other := soon
+	other.Resource, other.TTL = "other", 2*time.Second // another resource: not this sweep's
+	mustAcquire(t, s, other)
+	h, err := s.GetHolder(ctx, idle.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for now, err := s.ServerTime(ctx); !now.After(h.LastSeenAt.Add(gone.TTL)); now, err = s.ServerTime(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	sw, err := s.SweepIdle(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{idle.Token}, tokens(sw.Reaped)); diff != "" {
+		t.Errorf("reaped (-want +got):\n%s", diff)
+	}
+	if sw.NextExpiry <= 30*time.Second || sw.NextExpiry > soon.TTL {
+		t.Errorf("next expiry = %v, want the 40 s holder's (just under 40 s)", sw.NextExpiry)
+	}
+	if sw, err := s.SweepIdle(ctx, "none"); err != nil || len(sw.Reaped) != 0 || sw.NextExpiry != 0 {
+		t.Errorf("sweep of a resource nobody holds = %+v, %v; want nothing", sw, err)
+	}
+}
+
 func TestPodReapMatchesUID(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)

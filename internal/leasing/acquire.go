@@ -243,6 +243,14 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 	for {
 		remaining := deadline.Sub(s.clk.Now())
 		d, late := nextCheck(waitq.SafetyDelay(s.cfg.safety, s.cfg.random()), remaining, checkedLate)
+		// Never later than the next idle expiry the last sweep of the resource saw: that
+		// look's sweep reaps the holder (docs/waiting.md, "Safety timer").
+		expiry, expiring := s.sweeps.nextExpiry(req.Resource)
+		if e := expiry.Add(expiryMargin).Sub(s.clk.Now()); expiring && e < d && e < remaining {
+			d, late = max(e, minExpiryLook), false
+		} else {
+			expiring = false
+		}
 		checkedLate = checkedLate || late
 		woke := w.Wait(ctx, s.clk, d, deadline)
 		switch woke {
@@ -264,7 +272,11 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 			// of this process that has no wake-up yet (maybe this one), so a waiter that
 			// looks on its timer never goes ahead of older ones (docs/waiting.md).
 			s.renew(ctx, res)
-			full, err := s.sharedLook(ctx, req, remaining, busy)
+			var notBefore time.Time // a look for an expiry must be taken after it
+			if expiring {
+				notBefore = expiry
+			}
+			full, err := s.sharedLook(ctx, req, remaining, busy, notBefore)
 			switch {
 			case err != nil:
 				return lease.Holder{}, err
@@ -347,6 +359,15 @@ func (s *Service) recheck(ctx context.Context, p waitPolicy, remaining time.Dura
 	return nil
 }
 
+const (
+	// expiryMargin is how long after a holder's idle expiry, as the last sweep computed it,
+	// a waiter looks: the store's clock decides, and the local one may run a little ahead.
+	expiryMargin = 25 * time.Millisecond
+	// minExpiryLook bounds the pause before an expiry look from below, so that a look that
+	// came too early does not turn into a loop of reads.
+	minExpiryLook = 10 * time.Millisecond
+)
+
 // nextCheck is the pause before a waiter's next own look at the store (safety: the jittered
 // safety delay). A deadline that comes before the safety timer gets one look at 3/4 of the
 // remaining time, so that a store that went down while the level was full answers
@@ -410,10 +431,10 @@ func (s *Service) look(ctx context.Context, req leasestore.AcquireRequest, remai
 // process stay about two per safety period and key however many wait there. Errors are not
 // shared: each waiter fails closed on its own look.
 func (s *Service) sharedLook(ctx context.Context, req leasestore.AcquireRequest, remaining time.Duration,
-	last *lease.BusyError) (*lease.BusyError, error) {
+	last *lease.BusyError, notBefore time.Time) (*lease.BusyError, error) {
 	key := busyKey(last)
 	now := s.clk.Now()
-	if r, ok := s.looks.recent(key, now, s.cfg.safety/2); ok {
+	if r, ok := s.looks.recent(key, now, s.cfg.safety/2, notBefore); ok {
 		if r.full == nil && r.err == nil {
 			return last, nil
 		}
@@ -471,13 +492,17 @@ func (s *Service) sweep(ctx context.Context, resource string) int {
 	if !s.sweeps.allow(resource, s.clk.Now(), s.cfg.sweepInterval) {
 		return 0
 	}
-	var reaped []lease.Holder
+	var sw leasestore.IdleSweep
 	var dispatched int
 	var err error
 	if s.cfg.idleReaper != nil {
-		reaped, dispatched, err = s.cfg.idleReaper(ctx, resource)
+		sw, dispatched, err = s.cfg.idleReaper(ctx, resource)
 	} else {
-		reaped, err = s.store.ReapIdle(ctx, resource)
+		sw, err = s.store.SweepIdle(ctx, resource)
+	}
+	reaped := sw.Reaped
+	if err == nil {
+		s.sweeps.swept(resource, s.clk.Now(), sw.NextExpiry)
 	}
 	if err != nil && ctx.Err() == nil {
 		logf.FromContext(ctx).Error(err, "Lazy idle sweep failed", "resource", resource, "reaped", len(reaped)+dispatched)

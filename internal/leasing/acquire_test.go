@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -377,10 +378,10 @@ func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
 func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 	var swept []string
 	var e *env
-	reaper := func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
+	reaper := func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
 		swept = append(swept, resource)
-		hs, err := e.store.ReapIdle(ctx, resource)
-		return hs, 0, err
+		sw, err := e.store.SweepIdle(ctx, resource)
+		return sw, 0, err
 	}
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}},
 		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
@@ -406,9 +407,9 @@ func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 // with waitMs 0 it gets the slot instead of answering BUSY.
 func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
 	var e *env
-	reaper := func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
+	reaper := func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
 		hs, err := e.store.ReapIdle(ctx, resource) // "the manager" reaps and dispatches
-		return nil, len(hs), err
+		return leasestore.IdleSweep{}, len(hs), err
 	}
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 0}},
 		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
@@ -425,5 +426,40 @@ func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
 	}
 	if _, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire with waitMs 0 after the relay freed the slot: %v", err)
+	}
+}
+
+// TestSafetyTimerLooksAtTheNextIdleExpiry: a waiter's own look comes no later than the next
+// idle expiry the lazy sweep saw, even with an hour-long safety timer and sweep interval;
+// that look's sweep reaps the holder gone idle and the waiter gets its slot. The service's
+// clock is fake and is stepped only past the expiry, so nothing else can wake the waiter.
+func TestSafetyTimerLooksAtTheNextIdleExpiry(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 60000}}, envOpts{clock: clk,
+		svcOpts: []leasing.Option{leasing.WithSafetyTimer(time.Hour), leasing.WithSweepInterval(time.Hour)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v"))
+		got <- err
+	}()
+	for !clk.HasWaiters() { // tried, swept (the holder still fresh), waiting on its timer
+		time.Sleep(time.Millisecond)
+	}
+	h, err := e.store.GetHolder(ctx, stale.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for now, err := e.store.ServerTime(ctx); !now.After(h.LastSeenAt.Add(time.Second)); now, err = e.store.ServerTime(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	clk.Step(1100 * time.Millisecond) // past the expiry, nowhere near the safety timer
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v, want the slot of the holder gone idle", err)
 	}
 }

@@ -71,12 +71,12 @@ func (c *countingStore) Acquire(ctx context.Context, req leasestore.AcquireReque
 	return h, err
 }
 
-func (c *countingStore) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
+func (c *countingStore) SweepIdle(ctx context.Context, resource string) (leasestore.IdleSweep, error) {
 	n := c.cmds.total()
-	hs, err := c.Store.ReapIdle(ctx, resource)
+	sw, err := c.Store.SweepIdle(ctx, resource)
 	c.sweeps++
 	c.sweepRT += c.cmds.total() - n
-	return hs, err
+	return sw, err
 }
 
 // fixedResolver resolves every reference to one definition.

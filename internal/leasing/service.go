@@ -25,8 +25,9 @@ type Store interface {
 	Touch(ctx context.Context, token string) error
 	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
 	Release(ctx context.Context, token string) (released bool, err error)
-	// ReapIdle deletes the idle holders of resource and returns them.
-	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
+	// SweepIdle deletes the idle holders of resource and returns them, with when the next
+	// of the others goes idle.
+	SweepIdle(ctx context.Context, resource string) (leasestore.IdleSweep, error)
 	// Reserve, Renew, Turn and Leave are the cross-process wait queue (definition.FairGlobal).
 	Reserve(ctx context.Context, key string, pod lease.PodRef, expires time.Time) (leasestore.Reservation, error)
 	Renew(ctx context.Context, key string, expires time.Time) error
@@ -131,7 +132,7 @@ type config struct {
 // this service to hand to its listener, and how many more it freed whose holders it had
 // dispatched itself (the manager, for an agent's relay); either makes a busy acquisition
 // retry at once.
-type IdleReaper func(ctx context.Context, resource string) (reaped []lease.Holder, dispatched int, err error)
+type IdleReaper func(ctx context.Context, resource string) (sweep leasestore.IdleSweep, dispatched int, err error)
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's
@@ -236,7 +237,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Opti
 		queue:    cfg.queue,
 		tokens:   newTokenLabels(cfg.tokenCacheSize),
 		labels:   newLabelSet(cfg.maxLabels),
-		sweeps:   &sweepGate{last: map[string]time.Time{}},
+		sweeps:   newSweepGate(),
 		looks:    &lookShare{last: map[string]lookResult{}},
 		renewals: &sweepGate{last: map[string]time.Time{}},
 	}
@@ -286,11 +287,12 @@ type lookShare struct {
 	last map[string]lookResult
 }
 
-func (l *lookShare) recent(key string, now time.Time, within time.Duration) (lookResult, bool) {
+// recent returns the look at key taken within the last within, and not before notBefore.
+func (l *lookShare) recent(key string, now time.Time, within time.Duration, notBefore time.Time) (lookResult, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.last[key]
-	if !ok || now.Sub(r.at) >= within {
+	if !ok || now.Sub(r.at) >= within || r.at.Before(notBefore) {
 		return lookResult{}, false
 	}
 	if r.full != nil {
@@ -313,19 +315,28 @@ func (l *lookShare) put(key string, now time.Time, within time.Duration, r lookR
 	l.last[key] = r
 }
 
-// sweepGate limits the lazy sweep to once per interval and resource.
+// sweepGate limits the lazy sweep to once per interval and resource, except when a holder
+// the last sweep saw has gone idle since; it keeps when that happens (the last sweep's next
+// expiry) for the waiters' safety timers.
 type sweepGate struct {
 	mu   sync.Mutex
 	last map[string]time.Time
+	next map[string]time.Time
 }
 
 // maxSweepGateEntries is the size above which stale entries are pruned.
 const maxSweepGateEntries = 1024
 
+func newSweepGate() *sweepGate {
+	return &sweepGate{last: map[string]time.Time{}, next: map[string]time.Time{}}
+}
+
 func (g *sweepGate) allow(resource string, now time.Time, every time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if t, ok := g.last[resource]; ok && now.Sub(t) < every {
+	t, ok := g.last[resource]
+	due, known := g.next[resource]
+	if ok && now.Sub(t) < every && (!known || now.Before(due)) {
 		return false
 	}
 	if len(g.last) >= maxSweepGateEntries {
@@ -334,7 +345,31 @@ func (g *sweepGate) allow(resource string, now time.Time, every time.Duration) b
 				delete(g.last, r)
 			}
 		}
+		for r, at := range g.next {
+			if _, kept := g.last[r]; !kept && now.After(at) {
+				delete(g.next, r)
+			}
+		}
 	}
 	g.last[resource] = now
 	return true
+}
+
+// swept records when the next holder of resource goes idle after a sweep (in d; 0: none).
+func (g *sweepGate) swept(resource string, now time.Time, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d <= 0 {
+		delete(g.next, resource)
+		return
+	}
+	g.next[resource] = now.Add(d)
+}
+
+// nextExpiry is when the next holder of resource the last sweep saw goes idle.
+func (g *sweepGate) nextExpiry(resource string) (time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at, ok := g.next[resource]
+	return at, ok
 }

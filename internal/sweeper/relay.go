@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vancetope/lease-operator/internal/httpjson"
-	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
@@ -31,7 +30,7 @@ const maxResourceLen = 256
 
 // IdleStore is the part of the store the relay uses (*leasestore.Store).
 type IdleStore interface {
-	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
+	SweepIdle(ctx context.Context, resource string) (leasestore.IdleSweep, error)
 }
 
 var _ IdleStore = (*leasestore.Store)(nil)
@@ -42,6 +41,9 @@ type relayRequest struct {
 
 type relayResponse struct {
 	Reaped int `json:"reaped"`
+	// NextExpiryMs is when the next holder of the resource goes idle, from the sweep's read
+	// (0: none, or no sweep ran).
+	NextExpiryMs int64 `json:"nextExpiryMs,omitempty"`
 }
 
 // RelayHandler serves RelayPath on the manager: it reaps the idle holders of the named
@@ -64,19 +66,19 @@ func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, in
 				Message: "resource: want 1 to 256 characters", Field: "resource"})
 			return
 		}
-		reaped := 0
+		var out relayResponse
 		if gate.allow(req.Resource, clk.Now(), interval) {
-			holders, err := store.ReapIdle(r.Context(), req.Resource)
-			if len(holders) > 0 && listener != nil {
-				listener.Revoked(context.WithoutCancel(r.Context()), metrics.ReapIdle, holders)
+			sw, err := store.SweepIdle(r.Context(), req.Resource)
+			if len(sw.Reaped) > 0 && listener != nil {
+				listener.Revoked(context.WithoutCancel(r.Context()), metrics.ReapIdle, sw.Reaped)
 			}
 			if err != nil {
 				httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, err.Error())
 				return
 			}
-			reaped = len(holders)
+			out = relayResponse{Reaped: len(sw.Reaped), NextExpiryMs: sw.NextExpiry.Milliseconds()}
 		}
-		httpjson.Write(w, http.StatusOK, relayResponse{Reaped: reaped})
+		httpjson.Write(w, http.StatusOK, out)
 	})
 }
 
@@ -107,19 +109,19 @@ func (g *relayGate) allow(resource string, now time.Time, interval time.Duration
 // at managerURL to sweep and returns how many holders the manager reaped (and dispatched), so
 // that a busy acquisition retries at once. When the manager cannot be reached it falls back
 // to reaping with local, returning the holders for the agent's own dispatcher.
-func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
+func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
 	url := strings.TrimRight(managerURL, "/") + RelayPath
-	return func(ctx context.Context, resource string) ([]lease.Holder, int, error) {
+	return func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
 		body, err := json.Marshal(relayRequest{Resource: resource})
 		if err != nil {
-			return nil, 0, fmt.Errorf("encoding sweep request: %w", err)
+			return leasestore.IdleSweep{}, 0, fmt.Errorf("encoding sweep request: %w", err)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			return nil, 0, fmt.Errorf("building sweep request: %w", err)
+			return leasestore.IdleSweep{}, 0, fmt.Errorf("building sweep request: %w", err)
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
@@ -130,14 +132,15 @@ func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(c
 			_ = resp.Body.Close()
 			switch {
 			case resp.StatusCode == http.StatusOK && derr == nil:
-				return nil, max(out.Reaped, 0), nil
+				next := time.Duration(max(out.NextExpiryMs, 0)) * time.Millisecond
+				return leasestore.IdleSweep{NextExpiry: next}, max(out.Reaped, 0), nil
 			case resp.StatusCode == http.StatusOK:
 				// Swept, but the count was lost: no retry at once, the wait loop polls on.
-				return nil, 0, nil
+				return leasestore.IdleSweep{}, 0, nil
 			}
 			err = fmt.Errorf("manager answered %s", resp.Status)
 		}
-		holders, lerr := local.ReapIdle(ctx, resource)
-		return holders, 0, errors.Join(fmt.Errorf("asking the manager to sweep %s (swept here instead): %w", resource, err), lerr)
+		sw, lerr := local.SweepIdle(ctx, resource)
+		return sw, 0, errors.Join(fmt.Errorf("asking the manager to sweep %s (swept here instead): %w", resource, err), lerr)
 	}
 }

@@ -63,12 +63,22 @@ func TestRelayReapsOnTheManager(t *testing.T) {
 	listener := &recorded{}
 	srv := httptest.NewServer(sweeper.RelayHandler(s, listener, clock.RealClock{}, time.Hour))
 	defer srv.Close()
+	// A holder that stays: the relay tells the agent when it goes idle.
+	if _, err := s.Acquire(context.Background(), leasestore.AcquireRequest{
+		Resource: "r", Type: "tex", Tenant: "hooli", TTL: time.Minute,
+		Caps: []lease.LevelCap{{Level: lease.LevelTenant, Cap: 1}},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	h := idleHolder(t, s, "r")
 
 	reap := sweeper.RelayReaper(srv.Client(), srv.URL, s)
-	holders, freed, err := reap(context.Background(), "r")
-	if err != nil || len(holders) != 0 || freed != 1 {
-		t.Fatalf("relay = %v, %d, %v; want no holders back (the manager dispatched them) and 1 freed", holders, freed, err)
+	sw, freed, err := reap(context.Background(), "r")
+	if err != nil || len(sw.Reaped) != 0 || freed != 1 {
+		t.Fatalf("relay = %v, %d, %v; want no holders back (the manager dispatched them) and 1 freed", sw.Reaped, freed, err)
+	}
+	if sw.NextExpiry <= 50*time.Second || sw.NextExpiry > time.Minute {
+		t.Errorf("relay's next expiry = %v, want the staying holder's, just under a minute", sw.NextExpiry)
 	}
 	if diff := cmp.Diff([]string{"idle:" + h.Token}, listener.got()); diff != "" {
 		t.Errorf("manager's listener (-want +got):\n%s", diff)
@@ -105,11 +115,11 @@ func TestRelayFallsBackToALocalSweep(t *testing.T) {
 	srv.Close()
 	h := idleHolder(t, s, "r")
 
-	holders, _, err := sweeper.RelayReaper(nil, url, s)(context.Background(), "r")
+	sw, _, err := sweeper.RelayReaper(nil, url, s)(context.Background(), "r")
 	if err == nil {
 		t.Error("no error for an unreachable manager")
 	}
-	if len(holders) != 1 || holders[0].Token != h.Token {
-		t.Errorf("local fallback reaped %v, want the idle holder", holders)
+	if len(sw.Reaped) != 1 || sw.Reaped[0].Token != h.Token {
+		t.Errorf("local fallback reaped %v, want the idle holder", sw.Reaped)
 	}
 }
