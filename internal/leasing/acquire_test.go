@@ -415,15 +415,7 @@ func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
 		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
 	ctx := ctxT(t)
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
-	h, err := e.store.GetHolder(ctx, stale.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for now, err := e.store.ServerTime(ctx); !now.After(h.LastSeenAt.Add(time.Second)); now, err = e.store.ServerTime(ctx) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	untilIdle(ctx, t, e.store, stale.Token, time.Second)
 	if _, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire with waitMs 0 after the relay freed the slot: %v", err)
 	}
@@ -448,18 +440,24 @@ func TestSafetyTimerLooksAtTheNextIdleExpiry(t *testing.T) {
 	for !clk.HasWaiters() { // tried, swept (the holder still fresh), waiting on its timer
 		time.Sleep(time.Millisecond)
 	}
-	h, err := e.store.GetHolder(ctx, stale.Token)
+	untilIdle(ctx, t, e.store, stale.Token, time.Second)
+	clk.Step(1100 * time.Millisecond) // past the expiry, nowhere near the safety timer
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v, want the slot of the holder gone idle", err)
+	}
+}
+
+// untilIdle returns once the holder's TTL has passed on the store's clock.
+func untilIdle(ctx context.Context, t *testing.T, s *leasestore.Store, token string, ttl time.Duration) {
+	t.Helper()
+	h, err := s.GetHolder(ctx, token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for now, err := e.store.ServerTime(ctx); !now.After(h.LastSeenAt.Add(time.Second)); now, err = e.store.ServerTime(ctx) {
+	for now, err := s.ServerTime(ctx); !now.After(h.LastSeenAt.Add(ttl)); now, err = s.ServerTime(ctx) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	clk.Step(1100 * time.Millisecond) // past the expiry, nowhere near the safety timer
-	if err := <-got; err != nil {
-		t.Fatalf("waiter: %v, want the slot of the holder gone idle", err)
 	}
 }
