@@ -246,7 +246,7 @@ func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, de
 		// Never later than the next idle expiry the last sweep of the resource saw: that
 		// look's sweep reaps the holder (docs/waiting.md, "Safety timer").
 		expiry, expiring := s.sweeps.nextExpiry(req.Resource)
-		if e := expiry.Add(expiryMargin).Sub(s.clk.Now()); expiring && e < d && e < remaining {
+		if e := expiry.Add(expiryMargin).Sub(s.clk.Now()); expiring && e < d && e < lookBefore(remaining) {
 			d, late = max(e, minExpiryLook), false
 		} else {
 			expiring = false
@@ -369,19 +369,25 @@ const (
 )
 
 // nextCheck is the pause before a waiter's next own look at the store (safety: the jittered
-// safety delay). A deadline that comes before the safety timer gets one look at 3/4 of the
-// remaining time, so that a store that went down while the level was full answers
-// unavailable rather than busy; after that look the waiter sleeps to the deadline (late).
+// safety delay). Every look keeps at least a quarter of the remaining wait for itself: a look
+// the deadline cuts answers unavailable (fail closed), which for a level that was merely full
+// on a slow store would be a false 503. A deadline that comes before the safety timer (or
+// right after it) gets one look at 3/4 of the remaining time, so that a store that went down
+// while the level was full answers unavailable rather than busy; after that look the waiter
+// sleeps to the deadline (late).
 func nextCheck(safety, remaining time.Duration, checkedLate bool) (d time.Duration, late bool) {
 	switch {
-	case safety < remaining:
+	case safety < lookBefore(remaining):
 		return safety, false
 	case checkedLate:
 		return remaining, false
 	default:
-		return remaining * 3 / 4, true
+		return lookBefore(remaining), true
 	}
 }
+
+// lookBefore is the latest a look may start with remaining left of the wait.
+func lookBefore(remaining time.Duration) time.Duration { return remaining * 3 / 4 }
 
 // funnelKeys are the counter keys of the request's capped levels.
 func funnelKeys(req leasestore.AcquireRequest) []string {

@@ -18,6 +18,11 @@ func TestNextCheck(t *testing.T) {
 		"after the late look: the deadline":  {safety: s, remaining: 200 * time.Millisecond, checkedLate: true, want: 200 * time.Millisecond},
 		"equal: the deadline comes first":    {safety: s, remaining: s, want: 750 * time.Millisecond, wantLate: true},
 		"late look taken, safety still fits": {safety: s, remaining: 10 * s, checkedLate: true, want: s},
+		// A look must keep a quarter of the wait: one that the deadline would cut answers
+		// unavailable (fail closed), a false 503 for a level that was merely full.
+		"safety just before the deadline: the late look instead": {safety: 950 * time.Millisecond, remaining: s,
+			want: 750 * time.Millisecond, wantLate: true},
+		"late look taken, safety just before the deadline": {safety: 950 * time.Millisecond, remaining: s, checkedLate: true, want: s},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
