@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +110,39 @@ func TestAwaitDataGetMoreTimesOutEmpty(t *testing.T) {
 	}
 	if !cur.Next(ctx) || cur.Current.Lookup("n").Int32() != 1 {
 		t.Fatalf("next after an insert: %v %v", cur.Current, cur.Err())
+	}
+}
+
+// TestMonitoringDoesNotWaitForTheLock: hello and ping answer while another command holds the
+// exchange lock. Queued behind it, they would inflate the driver's round-trip estimate, and
+// with it shrink the maxTimeMS the driver puts on every command until FerretDB interrupts
+// ordinary writes.
+func TestMonitoringDoesNotWaitForTheLock(t *testing.T) {
+	p := newProxy(strings.TrimSuffix(strings.TrimPrefix(backendURI, "mongodb://"), "/"),
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.serve(ln)
+	t.Cleanup(func() { _ = ln.Close() })
+	uri := "mongodb://" + ln.Addr().String() + "/?directConnection=true"
+	c := connect(t, uri)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx, nil); err != nil { // connected and handshaken before the lock is taken
+		t.Fatal(err)
+	}
+
+	p.exchange.Lock() // a long command in flight
+	defer p.exchange.Unlock()
+	pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer pcancel()
+	if err := c.Ping(pctx, nil); err != nil {
+		t.Errorf("ping while another command holds the lock: %v", err)
+	}
+	var hello bson.M
+	if err := c.Database("admin").RunCommand(pctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		t.Errorf("hello while another command holds the lock: %v", err)
 	}
 }
