@@ -15,9 +15,13 @@ import (
 // fixupRequest works around request fields FerretDB v1.24.2 rejects although MongoDB accepts
 // them, and returns the message to forward (msg itself when nothing changes):
 //
-//   - distinct with maxTimeMS fails with (FailedToParse) distinct: unknown field "maxTimeMS";
-//     the Go driver adds maxTimeMS to every command whose context has a deadline. It is
-//     dropped (the client's own deadline still applies).
+//   - maxTimeMS, which the Go driver adds to every command whose context has a deadline, is
+//     dropped from every command but getMore (where it means how long an awaitData cursor
+//     waits; awaitdata.go). distinct with it fails with (FailedToParse) distinct: unknown
+//     field "maxTimeMS", and on any other command FerretDB interrupts SQLite mid-statement
+//     when it runs out ("interrupted (9)"), which on this one-command-at-a-time server is a
+//     matter of queueing, not of the command. The client's own deadline still applies: it
+//     stops waiting, and the proxy lets the command finish and drops its answer.
 func fixupRequest(msg []byte) []byte {
 	if opCode(msg) != opMsg || len(msg) < headerLen+5 {
 		return msg
@@ -43,7 +47,7 @@ func fixupRequest(msg []byte) []byte {
 			continue
 		}
 		doc := msg[pos+1 : pos+1+size]
-		if firstKey(doc) != "distinct" {
+		if firstKey(doc) == "getMore" {
 			return msg
 		}
 		start, stop, ok := findElement(doc, "maxTimeMS")
@@ -199,7 +203,7 @@ func createIndexesOneByOne(backend io.Writer, br *bufio.Reader, req []byte, subs
 	created, createdSet := false, false
 	var lastResp []byte
 	for i, sub := range subs {
-		if _, err := backend.Write(sub); err != nil {
+		if _, err := backend.Write(fixupRequest(sub)); err != nil {
 			return nil, err
 		}
 		resp, err := readMessage(br)

@@ -48,7 +48,7 @@ func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte
 		if !decided {
 			// The document's values are not plain comparisons after all: the original
 			// command decides (it is correct, only slower). Nothing was written yet.
-			if _, err := backend.Write(req); err != nil {
+			if _, err := backend.Write(fixupRequest(req)); err != nil {
 				return nil, true, err
 			}
 			resp, err := readMessage(br)
@@ -125,7 +125,7 @@ func exchange(backend io.Writer, br *bufio.Reader, req, body []byte) ([]byte, bo
 	if body == nil {
 		return nil, true, fmt.Errorf("pushdown: cannot rewrite the command")
 	}
-	if _, err := backend.Write(buildOpMsg(requestID(req), 0, body)); err != nil {
+	if _, err := backend.Write(fixupRequest(buildOpMsg(requestID(req), 0, body))); err != nil {
 		return nil, true, err
 	}
 	resp, err := readMessage(br)

@@ -51,9 +51,17 @@ func TestFixupRequest(t *testing.T) {
 		}
 	}
 
-	// Left alone: other commands, distinct without maxTimeMS, other opcodes, garbage.
+	// Any other command loses it too: FerretDB would interrupt it mid-statement.
+	update := bson.D{{Key: "update", Value: "c"}, {Key: "maxTimeMS", Value: int64(5)}, {Key: "$db", Value: "d"}}
+	if out, want := fixupRequest(buildMsg(t, 0, update, false)),
+		buildMsg(t, 0, bson.D{{Key: "update", Value: "c"}, {Key: "$db", Value: "d"}}, false); !bytes.Equal(out, want) {
+		t.Errorf("update with maxTimeMS:\n got % x\nwant % x", out, want)
+	}
+
+	// Left alone: getMore (an awaitData cursor's wait), commands without maxTimeMS, other
+	// opcodes, garbage.
 	for _, in := range [][]byte{
-		buildMsg(t, 0, bson.D{{Key: "find", Value: "c"}, {Key: "maxTimeMS", Value: int64(5)}}, false),
+		buildMsg(t, 0, bson.D{{Key: "getMore", Value: int64(7)}, {Key: "collection", Value: "c"}, {Key: "maxTimeMS", Value: int64(5)}}, false),
 		buildMsg(t, flagMoreToCome, bson.D{{Key: "distinct", Value: "c"}, {Key: "key", Value: "pod"}}, false),
 		pingMessage(3),
 		append(make([]byte, 12), 0xd4, 0x07, 0, 0), // OP_QUERY header only
