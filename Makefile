@@ -58,6 +58,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (v2, with the Kubernetes API linter 
 fmt-check: ## Fail if gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+.PHONY: check-test-sleeps
+check-test-sleeps: ## Fail on a time.Sleep in a test without a "// real time: <why>" comment.
+	hack/check-test-sleeps.sh
+
 .PHONY: tidy-check
 tidy-check: ## Fail if go mod tidy would change a module.
 	go mod tidy -diff
@@ -65,7 +69,7 @@ tidy-check: ## Fail if go mod tidy would change a module.
 	cd hack/tools && go mod tidy -diff
 
 .PHONY: verify
-verify: manifests generate fmt-check tidy-check vet lint ## What a reviewer runs: regenerate, format, tidy, vet, lint; then nothing may have changed or appeared.
+verify: manifests generate fmt-check tidy-check check-test-sleeps vet lint ## What a reviewer runs: regenerate, format, tidy, test sleeps, vet, lint; then nothing may have changed or appeared.
 	@git diff --exit-code || { echo "verify: generated or tracked files changed (see the diff above)"; exit 1; }
 	@untracked=$$(git status --porcelain --untracked-files=all | grep '^??' || true); \
 		if [ -n "$$untracked" ]; then echo "verify: untracked files after generation:"; echo "$$untracked"; exit 1; fi

@@ -170,7 +170,7 @@ func TestTouchAndPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond) // let the server clock move past the millisecond
+	time.Sleep(5 * time.Millisecond) // real time: let the store's clock move past the millisecond
 	for range 2 {                    // twice in a row: matched-not-modified still counts as held
 		if err := s.Touch(ctx, h.Token); err != nil {
 			t.Fatalf("touch: %v", err)

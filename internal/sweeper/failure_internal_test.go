@@ -18,10 +18,10 @@ import (
 // fakeStore is the sweeper's view of the store: pods that hold leases, and a record of what
 // was reaped. Each call can be made to fail.
 type fakeStore struct {
-	mu                        sync.Mutex
-	pods                      []lease.PodRef
+	mu            sync.Mutex
+	pods          []lease.PodRef
 	holderPodsErr error
-	reapedPods                []lease.PodRef
+	reapedPods    []lease.PodRef
 }
 
 func (s *fakeStore) ReapIdle(context.Context, string) ([]lease.Holder, error) { return nil, nil }
