@@ -79,9 +79,11 @@ envtest: ## Build (once, cached outside the repo) the envtest control plane; pri
 	@hack/envtest-bins.sh
 
 .PHONY: test
+# The JSON of go test goes through hack/testsummary: go test's usual output (failures, the
+# closing ok/FAIL line per package), then the ten slowest tests of the run.
 test: vet mongodev ## Run all tests: unit, store (dev server or $$MONGODB_URI), envtest integration.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
-		go test -count=1 $(GOTEST_FLAGS) ./...
+		go test -count=1 -json $(GOTEST_FLAGS) ./... | go run ./hack/testsummary -top 10
 	cd hack/mongodev && go test -count=1 $(GOTEST_FLAGS) ./...
 
 .PHONY: test-e2e
