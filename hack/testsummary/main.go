@@ -61,7 +61,9 @@ func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 		key := ev.Package + " " + ev.Test
 		switch {
 		case ev.Test != "" && ev.Action == "output":
-			buffered[key] = append(buffered[key], ev.Output)
+			if !strings.HasPrefix(ev.Output, "=== ") { // -v's progress lines: go test without -v has none
+				buffered[key] = append(buffered[key], ev.Output)
+			}
 		case ev.Test != "" && (ev.Action == "pass" || ev.Action == "skip"):
 			delete(buffered, key)
 			if ev.Action == "pass" && !strings.Contains(ev.Test, "/") {
