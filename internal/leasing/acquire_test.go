@@ -465,7 +465,7 @@ func untilIdle(ctx context.Context, t *testing.T, s *leasestore.Store, token str
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, "the holder is idle on the store's clock", func() bool {
+	waitfor.UntilEvery(t, 10*time.Millisecond, "the holder is idle on the store's clock", func() bool {
 		now, err := s.ServerTime(ctx)
 		if err != nil {
 			t.Fatal(err)

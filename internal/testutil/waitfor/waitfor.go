@@ -65,12 +65,19 @@ func Context(t testing.TB) context.Context {
 // by the deadline. what names the condition for the failure ("the waiter is blocked").
 func Until(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	UntilEvery(t, time.Millisecond, what, cond)
+}
+
+// UntilEvery is Until polling every interval: for a condition that costs a store round
+// trip to read.
+func UntilEvery(t testing.TB, interval time.Duration, what string, cond func() bool) {
+	t.Helper()
 	end := Deadline(t)
 	for !cond() {
 		if time.Now().After(end) {
 			t.Fatalf("waitfor: %s: still not true after %v", what, Bound)
 		}
-		time.Sleep(time.Millisecond) // polling: the condition has no channel to wait on
+		time.Sleep(interval) // polling: the condition has no channel to wait on
 	}
 }
 
