@@ -58,6 +58,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (v2, with the Kubernetes API linter 
 fmt-check: ## Fail if gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+.PHONY: check-test-sleeps
+check-test-sleeps: ## Fail on a time.Sleep in a test without a "// real time: <why>" comment.
+	hack/check-test-sleeps.sh
+
 .PHONY: tidy-check
 tidy-check: ## Fail if go mod tidy would change a module.
 	go mod tidy -diff
@@ -65,7 +69,7 @@ tidy-check: ## Fail if go mod tidy would change a module.
 	cd hack/tools && go mod tidy -diff
 
 .PHONY: verify
-verify: manifests generate fmt-check tidy-check vet lint ## What a reviewer runs: regenerate, format, tidy, vet, lint; then nothing may have changed or appeared.
+verify: manifests generate fmt-check tidy-check check-test-sleeps vet lint ## What a reviewer runs: regenerate, format, tidy, test sleeps, vet, lint; then nothing may have changed or appeared.
 	@git diff --exit-code || { echo "verify: generated or tracked files changed (see the diff above)"; exit 1; }
 	@untracked=$$(git status --porcelain --untracked-files=all | grep '^??' || true); \
 		if [ -n "$$untracked" ]; then echo "verify: untracked files after generation:"; echo "$$untracked"; exit 1; fi
@@ -75,9 +79,11 @@ envtest: ## Build (once, cached outside the repo) the envtest control plane; pri
 	@hack/envtest-bins.sh
 
 .PHONY: test
+# The JSON of go test goes through hack/testsummary: go test's usual output (failures, the
+# closing ok/FAIL line per package), then the ten slowest tests of the run.
 test: vet mongodev ## Run all tests: unit, store (dev server or $$MONGODB_URI), envtest integration.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
-		go test -count=1 $(GOTEST_FLAGS) ./...
+		go test -count=1 -json $(GOTEST_FLAGS) ./... | go run ./hack/testsummary -top 10
 	cd hack/mongodev && go test -count=1 $(GOTEST_FLAGS) ./...
 
 .PHONY: test-e2e

@@ -147,7 +147,7 @@ func TestReconcileDirect(t *testing.T) {
 
 	// After the margin, a first pass notes the excess and a second one, --reconcile-confirm
 	// later, lowers the counters.
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // real time: the 200ms reconcile safety margin passes on the store's clock
 	r = mustRun(t, env, args(s, "reconcile", "--force", "--reconcile-safety", "200ms", "--reconcile-confirm", "5s", "-o", "json")...)
 	type reconcileJSON struct {
 		Corrected, Deleted, Created, Skipped int

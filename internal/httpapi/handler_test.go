@@ -20,6 +20,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/settings"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 const texBody = `{"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice","holderRef":"job-7","podBound":true,"payload":{"jobId":"j-1"}}`
@@ -69,7 +70,9 @@ func TestLeaseLifecycle(t *testing.T) {
 		tok, _ := out["token"].(string)
 		done <- tok
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitfor.Until(t, "the second acquisition waits", func() bool {
+		return testutil.ToFloat64(e.metrics.Waiting.WithLabelValues("tex2pdf")) == 1
+	})
 	select {
 	case tok := <-done:
 		t.Fatalf("second acquisition returned %q while the slot was held", tok)
@@ -81,13 +84,8 @@ func TestLeaseLifecycle(t *testing.T) {
 			t.Errorf("release #%d = %d %v, want %s", i+1, status, out, wantOutcome)
 		}
 	}
-	select {
-	case tok := <-done:
-		if tok == "" {
-			t.Fatal("the waiting acquisition failed after the release")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting acquisition did not get the freed slot")
+	if tok := waitfor.Receive(t, done, "the waiting acquisition getting the freed slot"); tok == "" {
+		t.Fatal("the waiting acquisition failed after the release")
 	}
 	status, out = e.do(t, http.MethodPost, "/v1/leases/"+token+"/check", "")
 	if status != http.StatusGone || out["error"] != httpjson.CodeLost {
@@ -309,7 +307,10 @@ func TestEventsLongPoll(t *testing.T) {
 	}
 
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		// Published once the poll waits, so that it is the wake-up that answers it.
+		for hub.Waiting(tok) == 0 && t.Context().Err() == nil {
+			time.Sleep(time.Millisecond) // real time: polling the hub while the HTTP request is served
+		}
 		hub.Publish(notify.Event{Token: tok, Reason: metrics.ReapRevoke, Type: "tex", Resource: "tex"})
 	}()
 	start = time.Now()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 func TestAcquireBooksEveryLevelNarrowToWide(t *testing.T) {
@@ -156,7 +157,7 @@ func TestConcurrentFirstUseIsNeverFalselyBusy(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, "the concurrent store calls")
 	if got := counts(t, s)["fresh|global|*"]; got != [2]int{n, n} {
 		t.Errorf("global counter = %v, want %d booked by %d", got, n, n)
 	}
@@ -170,7 +171,7 @@ func TestTouchAndPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond) // let the server clock move past the millisecond
+	time.Sleep(5 * time.Millisecond) // real time: let the store's clock move past the millisecond
 	for range 2 {                    // twice in a row: matched-not-modified still counts as held
 		if err := s.Touch(ctx, h.Token); err != nil {
 			t.Fatalf("touch: %v", err)
@@ -279,7 +280,7 @@ func TestOnlyTheDeleterDecrements(t *testing.T) {
 		}
 		deleted.Add(int32(len(hs)))
 	}()
-	wg.Wait()
+	waitfor.Group(t, &wg, "the concurrent store calls")
 	if got := deleted.Load(); got != holders {
 		t.Errorf("%d deletions reported, want exactly %d", got, holders)
 	}

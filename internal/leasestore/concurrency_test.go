@@ -115,15 +115,15 @@ func TestConcurrencyInvariant(t *testing.T) {
 			paused.Add(1)
 			from, deadline := passes.Load(), time.Now().Add(maxReleaseWindow)
 			for passes.Load() < from+2 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // real time: polling the reconcile passes of the stress run (bounded by maxReleaseWindow)
 			}
 			if passes.Load() >= from+2 {
 				spanned.Add(1)
 			}
-			time.Sleep(releasePause) // and let the workers take what was freed
+			time.Sleep(releasePause) // real time: let the stress workers take what was freed
 		default:
 			paused.Add(1)
-			time.Sleep(releasePause)
+			time.Sleep(releasePause) // real time: pacing the stress run against the store
 		}
 		return nil
 	}
@@ -184,7 +184,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 				cancel()
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // real time: pacing the stress run's stop check
 		}
 	}()
 	var wg sync.WaitGroup
@@ -239,7 +239,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 				}
 				// Hold a while: a counter given back twice stays below its holders (the
 				// sampler's check) until they leave or reconcile raises it again.
-				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // real time: random holds of the stress workload on the store
 				l.remove(h.Levels)
 				releasing.Store(h.Token, true)
 				if ok, err := s.Release(context.Background(), h.Token); (err != nil && !errors.Is(err, leasestore.ErrCrash)) || !ok {
@@ -280,7 +280,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 					lowered.Add(int64(res.Lowered))
 					passes.Add(1)
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // real time: pacing the reconciler of the stress run
 			}
 		}()
 	}
@@ -318,7 +318,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // real time: pacing the counter sampler of the stress run
 		}
 	}()
 	wg.Wait()
@@ -341,7 +341,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 		if len(hs) == 0 || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // real time: polling the store until the holders left (bounded by deadline)
 	}
 	if len(hs) != 0 {
 		t.Errorf("%d holders left at rest: %+v", len(hs), hs)
@@ -352,7 +352,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 		if _, err := stores[0].Reconcile(rest); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // real time: reconcile passes on the store's clock (bounded by deadline)
 	}
 	assertNoDrift(t, stores[2])
 	full := 0

@@ -69,8 +69,8 @@ func reconcileRepairs(t *testing.T, s *leasestore.Store, margin time.Duration) {
 	if res.Corrected+res.Deleted+res.Created != 0 {
 		t.Errorf("reconcile inside the safety margin changed counters: %+v", res)
 	}
-	time.Sleep(margin + 100*time.Millisecond)
-	first, err := s.Reconcile(ctx) // a lowering is only noted on its first sighting
+	time.Sleep(margin + 100*time.Millisecond) // real time: the reconcile safety margin passes on the store's clock
+	first, err := s.Reconcile(ctx)            // a lowering is only noted on its first sighting
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestCrashMidFunnelIsReapedAfterTTL(t *testing.T) {
 	if err := clean.Touch(context.Background(), hs[0].Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("touch of a pending holder = %v, want lost", err)
 	}
-	time.Sleep(req.TTL + 100*time.Millisecond)
+	time.Sleep(req.TTL + 100*time.Millisecond) // real time: the holder's TTL passes on the store's clock
 	reaped, err := clean.ReapIdle(context.Background(), "r")
 	if err != nil || len(reaped) != 1 {
 		t.Fatalf("reap = %v, %v", tokens(reaped), err)
@@ -193,7 +193,7 @@ func TestReconcileCorrectsAndRecreates(t *testing.T) {
 	if _, err := faulty.Release(context.Background(), h1.Token); !errors.Is(err, leasestore.ErrCrash) {
 		t.Fatal(err)
 	}
-	time.Sleep(margin + 100*time.Millisecond)
+	time.Sleep(margin + 100*time.Millisecond) // real time: the reconcile safety margin passes on the store's clock
 	for i, want := range []leasestore.ReconcileResult{{Skipped: 4}, {Corrected: 4, Lowered: 4}} {
 		res, err := clean.Reconcile(context.Background())
 		if err != nil {
@@ -400,8 +400,8 @@ func TestUnreachableStoreFailsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(400 * time.Millisecond)
-	for range 2 { // a lowering needs a second sighting
+	time.Sleep(400 * time.Millisecond) // real time: the reconcile safety margin passes on the store's clock
+	for range 2 {                      // a lowering needs a second sighting
 		if _, err := clean.Reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // keyLog collects freed keys and resets, safe for concurrent use.
@@ -104,7 +105,7 @@ func runNotifier(t *testing.T, s *leasestore.Store, log *keyLog) *leasestore.Not
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		waitfor.Closed(t, done, "the notifier stopping")
 	})
 	return n
 }

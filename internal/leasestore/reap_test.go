@@ -56,7 +56,7 @@ func TestIdleReapAfterTTLAndNotBefore(t *testing.T) {
 		if err := s.Touch(ctx, kept.Token); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real time: touching at use on the store's clock, past the original TTL
 	}
 	reaped, err = s.ReapIdle(ctx, "r")
 	if err != nil {
@@ -111,7 +111,7 @@ func TestSweepIdleTellsTheNextExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // real time: polling the store's clock until the TTL has passed
 	}
 
 	sw, err := s.SweepIdle(ctx, "r")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/vancetope/lease-operator/internal/definition"
@@ -16,6 +17,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -121,7 +123,7 @@ func TestCapOneIsExclusive(t *testing.T) {
 		wg.Go(func() {
 			r := req("ws", "acme", "p", "u")
 			r.HolderRef = string(rune('a' + i))
-			l, err := e.svc.Acquire(context.Background(), r)
+			l, err := e.svc.Acquire(ctxT(t), r)
 			switch {
 			case err == nil:
 				won.Add(1)
@@ -133,7 +135,7 @@ func TestCapOneIsExclusive(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, "the competing acquisitions")
 	close(tokens)
 	if won.Load() != 1 || busy.Load() != clients-1 {
 		t.Fatalf("won %d, busy %d; want exactly one holder of a cap-1 lease", won.Load(), busy.Load())
@@ -153,28 +155,39 @@ func TestWaitingSucceedsWhenASlotFrees(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", project: 1, ttlSeconds: 60, waitMs: 10000}}, envOpts{})
 	held := mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))
 
-	var released atomic.Int64 // unix nanos of the release
+	type result struct {
+		l   leasing.Lease
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		released.Store(time.Now().UnixNano())
-		if _, err := e.svc.Release(context.Background(), held.Token); err != nil {
-			t.Errorf("release: %v", err)
-		}
+		l, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "other"))
+		done <- result{l, err}
 	}()
+	// Released once the acquisition waits (the gauge counts it), not after a guessed pause.
+	waitfor.Until(t, "the second acquisition waits", func() bool {
+		return testutil.ToFloat64(e.metrics.Waiting.WithLabelValues("tex2pdf")) == 1
+	})
+	select {
+	case r := <-done:
+		t.Fatalf("acquired while the slot was held: %+v %v", r.l, r.err)
+	default:
+	}
+	if _, err := e.svc.Release(ctxT(t), held.Token); err != nil {
+		t.Fatalf("release: %v", err)
+	}
 	start := time.Now()
-	l, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "other"))
+	r := waitfor.Receive(t, done, "the waiting acquisition")
 	elapsed := time.Since(start)
-	if err != nil {
-		t.Fatalf("waiting acquire: %v", err)
+	if r.err != nil {
+		t.Fatalf("waiting acquire: %v", r.err)
 	}
-	if l.Token == "" || l.Token == held.Token || l.Resource != "tex2pdf" {
-		t.Errorf("lease = %+v", l)
+	if r.l.Token == "" || r.l.Token == held.Token || r.l.Resource != "tex2pdf" {
+		t.Errorf("lease = %+v", r.l)
 	}
-	if r := released.Load(); r == 0 || time.Now().UnixNano() < r {
-		t.Errorf("acquired before the slot was released")
-	}
+	// The waiter is woken by the release, not by its safety timer (1 s by default, 10 s wait).
 	if elapsed > 5*time.Second {
-		t.Errorf("acquired after %v, want soon after the release at ~300ms", elapsed)
+		t.Errorf("acquired %v after the release, want soon after it", elapsed)
 	}
 	assertNoDrift(t, e.store)
 	if got := counter(e.metrics.Acquire, "tex2pdf", metrics.AcquireSuccess); got != 2 {
@@ -330,7 +343,7 @@ func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
 		t.Fatalf("listener called before the TTL: %+v", c)
 	default:
 	}
-	time.Sleep(1500 * time.Millisecond) // the holder is idle on the server's clock after 1s
+	untilIdle(ctxT(t), t, e.store, stale.Token, time.Second) // on the server's clock
 
 	start := time.Now()
 	fresh, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v"))
@@ -429,20 +442,18 @@ func TestSafetyTimerLooksAtTheNextIdleExpiry(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 60000}}, envOpts{clock: clk,
 		svcOpts: []leasing.Option{leasing.WithSafetyTimer(time.Hour), leasing.WithSweepInterval(time.Hour)}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := waitfor.Context(t)
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
 	got := make(chan error, 1)
 	go func() {
 		_, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v"))
 		got <- err
 	}()
-	for !clk.HasWaiters() { // tried, swept (the holder still fresh), waiting on its timer
-		time.Sleep(time.Millisecond)
-	}
+	// Tried, swept (the holder still fresh), waiting on its timer.
+	waitfor.Until(t, "the acquisition waits on the clock", clk.HasWaiters)
 	untilIdle(ctx, t, e.store, stale.Token, time.Second)
 	clk.Step(1100 * time.Millisecond) // past the expiry, nowhere near the safety timer
-	if err := <-got; err != nil {
+	if err := waitfor.Receive(t, got, "the waiter's answer"); err != nil {
 		t.Fatalf("waiter: %v, want the slot of the holder gone idle", err)
 	}
 }
@@ -454,10 +465,11 @@ func untilIdle(ctx context.Context, t *testing.T, s *leasestore.Store, token str
 	if err != nil {
 		t.Fatal(err)
 	}
-	for now, err := s.ServerTime(ctx); !now.After(h.LastSeenAt.Add(ttl)); now, err = s.ServerTime(ctx) {
+	waitfor.UntilEvery(t, 10*time.Millisecond, "the holder is idle on the store's clock", func() bool {
+		now, err := s.ServerTime(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return now.After(h.LastSeenAt.Add(ttl))
+	})
 }

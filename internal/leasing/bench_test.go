@@ -166,7 +166,7 @@ func BenchmarkContendedWaiting(b *testing.B) {
 						acquireReads.Add(cc.reads.Load() - rd)
 						acquireWrites.Add(cc.writes.Load() - wr)
 						okN.Add(1)
-						time.Sleep(tc.hold)
+						time.Sleep(tc.hold) // real time: benchmark workload, the holder's hold
 						if _, err := svc.Release(context.Background(), l.Token); err != nil {
 							b.Error(err)
 							return

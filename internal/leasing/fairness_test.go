@@ -2,6 +2,7 @@ package leasing_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // globalKey is the counter key of resource's global level.
@@ -22,20 +24,13 @@ func globalKey(resource string) string {
 // untilQueued returns once the store holds n reservations on key.
 func (p *process) untilQueued(t *testing.T, key string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.Until(t, fmt.Sprintf("%d reservations on %s", n, key), func() bool {
 		rs, err := p.store.ListReservations(ctxT(t), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rs) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reservations on %s, want %d", len(rs), key, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return len(rs) == n
+	})
 }
 
 // entries runs acquisitions, each releasing at once, and records the order they got in.
@@ -63,7 +58,7 @@ func (e *entries) start(p *process, name string, id int) {
 }
 
 func (e *entries) wait() []int {
-	e.wg.Wait()
+	waitfor.Group(e.t, &e.wg, "the acquisitions")
 	return e.order
 }
 
@@ -97,7 +92,7 @@ func TestFairnessComesFromTheDefinition(t *testing.T) {
 		held := mustAcquire(t, ps[0].svc, podReq("free", 0))
 		e := &entries{t: t}
 		e.start(ps[1], "free", 1)
-		ps[1].untilBlocked("free")
+		ps[1].untilBlocked(t, "free")
 		if rs, err := ps[0].store.ListReservations(ctxT(t), ""); err != nil || len(rs) != 0 {
 			t.Errorf("reservations under the process policy: %+v, %v", rs, err)
 		}
@@ -164,9 +159,7 @@ func TestCapRaiseWakesWaiters(t *testing.T) {
 					}
 					granted <- l
 				}()
-				for p.queue.Blocked(globalKey("x")) < i {
-					time.Sleep(time.Millisecond)
-				}
+				waitfor.Until(t, "the waiter is blocked", func() bool { return p.queue.Blocked(globalKey("x")) >= i })
 			}
 			if f == definition.FairGlobal {
 				p.untilQueued(t, globalKey("x"), 2)

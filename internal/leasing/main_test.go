@@ -235,7 +235,7 @@ func waitFor(d time.Duration) *time.Duration { return &d }
 
 func mustAcquire(t testing.TB, svc *leasing.Service, r leasing.Request) leasing.Lease {
 	t.Helper()
-	l, err := svc.Acquire(context.Background(), r)
+	l, err := svc.Acquire(ctxT(t), r)
 	if err != nil {
 		t.Fatalf("acquire %s for %s/%s/%s: %v", r.Lease, r.Tenant, r.Project, r.User, err)
 	}

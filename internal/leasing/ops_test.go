@@ -1,7 +1,6 @@
 package leasing_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 func TestCheckIsLostAfterRevoke(t *testing.T) {
@@ -209,19 +209,13 @@ func TestWaitingCostsReadsNotWrites(t *testing.T) {
 	done := make(chan result, 1)
 	_, writes0 := e.cmds.counts()
 	go func() {
-		l, err := e.svc.Acquire(context.Background(), req("tex", "acme", "p", "v"))
+		l, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "v"))
 		done <- result{l, err}
 	}()
 	// advance fires the pending poll timer once the acquisition sleeps on it.
 	advance := func() {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !fc.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatal("the acquisition never waited on the clock")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitfor.Until(t, "the acquisition waits on the clock", fc.HasWaiters)
 		fc.Step(100 * time.Millisecond)
 	}
 	advance() // first poll, after the first attempt and the first sweep
@@ -231,9 +225,7 @@ func TestWaitingCostsReadsNotWrites(t *testing.T) {
 	for range polls {
 		advance()
 	}
-	for !fc.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Until(t, "the acquisition waits on the clock", fc.HasWaiters)
 	reads2, writes2 := e.cmds.counts()
 	t.Logf("first attempt: %d writes; %d polls of a full level: %d reads, %d writes", firstAttemptWrites, polls, reads2-reads1, writes2-writes1)
 	if writes2 != writes1 {
@@ -255,13 +247,8 @@ func TestWaitingCostsReadsNotWrites(t *testing.T) {
 	default:
 	}
 	advance()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			t.Fatalf("acquire after the slot freed: %v", r.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the acquisition did not take the freed slot at the next poll")
+	if r := waitfor.Receive(t, done, "the acquisition taking the freed slot at the next poll"); r.err != nil {
+		t.Fatalf("acquire after the slot freed: %v", r.err)
 	}
 	assertNoDrift(t, e.store)
 	if n := counter(e.metrics.Acquire, "tex", metrics.AcquireSuccess); n != 2 {

@@ -109,7 +109,7 @@ func startBenchProcesses(b *testing.B, n int, fairness definition.Fairness, cmds
 			_ = s.Close(ctx)
 		})
 		for n > 1 && notifier.Mode() == "" {
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // real time: benchmark pacing against the store
 		}
 		ps[i] = benchProcess{srv: srv, store: s}
 	}
@@ -258,7 +258,7 @@ func BenchmarkPeerWorkload(b *testing.B) {
 						}
 						hold := time.Duration(rng.Int64N(int64(30 * time.Millisecond)))
 						heldFrom := time.Now()
-						time.Sleep(hold)
+						time.Sleep(hold) // real time: benchmark workload, the holder's hold
 						heldFor := time.Since(heldFrom)
 						now.Add(-1)
 						rt := time.Now()
@@ -356,7 +356,7 @@ func BenchmarkHandoff(b *testing.B) {
 					wtok = tok
 					got <- time.Now()
 				}()
-				time.Sleep(tc.wait(rng))
+				time.Sleep(tc.wait(rng)) // real time: benchmark workload, the pause between acquisitions
 				fullReads += cmds.reads.Load() - r0
 				fullWrites += cmds.writes.Load() - w0
 				fullFor += time.Since(started)
@@ -408,9 +408,9 @@ func BenchmarkFullLevel(b *testing.B) {
 	var wg sync.WaitGroup
 	var r0, w0, g0, r1, w1, g1 int64
 	wg.Go(func() {
-		time.Sleep(from)
+		time.Sleep(from) // real time: benchmark measurement window
 		r0, w0, g0 = cmds.reads.Load(), cmds.writes.Load(), cmds.getMores.Load()
-		time.Sleep(window)
+		time.Sleep(window) // real time: benchmark measurement window
 		r1, w1, g1 = cmds.reads.Load(), cmds.writes.Load(), cmds.getMores.Load()
 	})
 	for i := range waiters {

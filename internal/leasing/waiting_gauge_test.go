@@ -1,11 +1,10 @@
 package leasing_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // TestWaitingGauge: an acquisition waiting for a slot shows in vance_lease_acquire_waiting
@@ -22,17 +21,11 @@ func TestWaitingGauge(t *testing.T) {
 		_, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "other"))
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting() != 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := waiting(); got != 1 {
-		t.Fatalf("waiting while an acquisition waits = %v, want 1", got)
-	}
-	if _, err := e.svc.Release(context.Background(), held.Token); err != nil {
+	waitfor.Until(t, "the gauge counts the waiting acquisition", func() bool { return waiting() == 1 })
+	if _, err := e.svc.Release(ctxT(t), held.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
+	if err := waitfor.Receive(t, done, "the waiting acquisition"); err != nil {
 		t.Fatalf("waiting acquire: %v", err)
 	}
 	if got := waiting(); got != 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
@@ -119,7 +120,7 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		}
 		t.Cleanup(func() {
 			cancel()
-			<-p.stopped
+			waitfor.Closed(t, p.stopped, "the notifier stopping")
 		})
 		ps[i] = p
 	}
@@ -127,24 +128,16 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		if p.notifier == nil {
 			continue
 		}
-		deadline := time.After(20 * time.Second)
-		for p.notifier.Mode() == "" {
-			select {
-			case <-deadline:
-				t.Fatal("notifier not following within 20s")
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
+		waitfor.Until(t, "the notifier follows", func() bool { return p.notifier.Mode() != "" })
 	}
 	return ps
 }
 
 // untilBlocked returns once a waiter of p is blocked on the global level of resource.
-func (p *process) untilBlocked(resource string) {
+func (p *process) untilBlocked(t *testing.T, resource string) {
+	t.Helper()
 	k := lease.CounterKey(resource, lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
-	for p.queue.Blocked(k) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Until(t, "a waiter is blocked on "+k, func() bool { return p.queue.Blocked(k) > 0 })
 }
 
 func podReq(name string, i int) leasing.Request {
@@ -166,7 +159,7 @@ func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
 				return
 			default:
 			}
-			cs, err := s.ListCounters(context.Background(), leasestore.CounterFilter{})
+			cs, err := s.ListCounters(t.Context(), leasestore.CounterFilter{})
 			if err != nil {
 				continue
 			}
@@ -179,7 +172,7 @@ func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
 	}()
 	return func() int {
 		close(done)
-		<-finished
+		waitfor.Closed(t, finished, "the counter sampler stopping")
 		return int(most.Load())
 	}
 }
@@ -207,8 +200,8 @@ func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 	for i := range 3 {
 		doomedWG.Go(func() {
 			r := podReq("hot", 100+i)
-			if l, err := doomed.svc.Acquire(context.Background(), r); err == nil {
-				_, _ = doomed.svc.Release(context.Background(), l.Token)
+			if l, err := doomed.svc.Acquire(ctxT(t), r); err == nil {
+				_, _ = doomed.svc.Release(ctxT(t), l.Token)
 			}
 		})
 	}
@@ -226,7 +219,7 @@ func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 						return
 					}
 					got.Add(1)
-					time.Sleep(time.Duration(id%4) * time.Millisecond)
+					time.Sleep(time.Duration(id%4) * time.Millisecond) // real time: holders of different lengths against the real store
 					if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
 						t.Errorf("holder %d release: %v", id, err)
 						return
@@ -236,10 +229,10 @@ func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 		}
 		// A waiter that gives up mid-wait.
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 			defer cancel()
 			if l, err := p.svc.Acquire(ctx, podReq("hot", 200+pi)); err == nil {
-				_, _ = p.svc.Release(context.Background(), l.Token)
+				_, _ = p.svc.Release(ctxT(t), l.Token)
 			} else if !errors.Is(err, lease.ErrBusy) {
 				t.Errorf("waiter that gave up: %v, want busy", err)
 			}
@@ -247,11 +240,11 @@ func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 	}
 	// The fourth process dies while its waiters wait.
 	doomed.stop()
-	<-doomed.stopped
-	_ = doomed.store.Close(context.Background())
-	doomedWG.Wait()
+	waitfor.Closed(t, doomed.stopped, "the doomed process's notifier stopping")
+	_ = doomed.store.Close(ctxT(t))
+	waitfor.Group(t, &doomedWG, "the waiters of the stopped process")
 
-	wg.Wait()
+	waitfor.Group(t, &wg, "the holders")
 	if most := stopWatch(); most > capacity {
 		t.Errorf("a counter reached %d, cap %d", most, capacity)
 	}
@@ -297,7 +290,7 @@ func TestLostWakeUpsCostOnlyTheSafetyTimer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, "the waiters")
 	assertNoDrift(t, ps[0].store)
 }
 
@@ -310,10 +303,10 @@ func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errs <- err }()
 	// The second waiter starts once the first is blocked in the queue.
-	p.untilBlocked("x")
+	p.untilBlocked(t, "x")
 	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 2)); errs <- err }()
 	for range 2 {
-		b := asBusy(t, <-errs)
+		b := asBusy(t, waitfor.Receive(t, errs, "a waiter's answer"))
 		if b.Level != lease.LevelGlobal || b.Count != 1 || b.Cap != 1 || b.Waited < 400*time.Millisecond {
 			t.Errorf("diagnosis = %+v", b)
 		}
@@ -343,21 +336,18 @@ func TestFIFOWithinAProcess(t *testing.T) {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
 		})
-		for { // blocked and queued in the store in order
+		waitfor.Until(t, "blocked and queued in the store in order", func() bool {
 			rs, err := p.store.ListReservations(ctxT(t), k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rs) == i && p.queue.Blocked(k) == i {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return len(rs) == i && p.queue.Blocked(k) == i
+		})
 	}
 	if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, "the waiters")
 	close(order)
 	var got []int
 	for i := range order {
@@ -448,9 +438,9 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 			mustAcquire(t, p.svc, podReq("x", 0))
 			errc := make(chan error, 1)
 			go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errc <- err }()
-			p.untilBlocked("x")
+			p.untilBlocked(t, "x")
 			c.cutNow()
-			err := <-errc
+			err := waitfor.Receive(t, errc, "the waiter's answer")
 			if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 				t.Fatalf("acquire with the store gone while waiting = %v, want unavailable", err)
 			}
@@ -480,16 +470,13 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 		}
 	}
 	queued := func(n int) {
-		for {
+		waitfor.Until(t, fmt.Sprintf("%d reservations", n), func() bool {
 			rs, err := ps[0].store.ListReservations(ctxT(t), k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rs) == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return len(rs) == n
+		})
 	}
 	for i, p := range []*process{ps[1], ps[2], ps[0], ps[1]} {
 		wg.Go(func() { acquire(p, i+1) })
@@ -499,7 +486,7 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Go(func() { acquire(ps[0], 0) }) // the releasing holder comes back at once
-	wg.Wait()
+	waitfor.Group(t, &wg, "the waiters")
 	close(order)
 	var got []int
 	for i := range order {

@@ -126,7 +126,7 @@ func TestExplain(t *testing.T) {
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(time.Second) // polling the aggregator's OpenAPI, as Eventually does
+		time.Sleep(time.Second) // real time: polling the aggregator's OpenAPI, as Eventually does (bounded by deadline)
 	}
 	if err != nil || !strings.Contains(out, "dies with its pod") {
 		t.Errorf("kubectl explain: err %v\n%s%s", err, out, errOut)

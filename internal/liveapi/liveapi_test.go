@@ -182,7 +182,7 @@ func TestDeleteRevokes(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !handled.has(a1.Token) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling the handler's record, as Eventually does
+		time.Sleep(20 * time.Millisecond) // real time: polling the handler's record, as Eventually does (bounded by deadline)
 	}
 	if !handled.has(a1.Token) {
 		t.Errorf("the tex handler did not run for %s", a1.Token)

@@ -98,6 +98,13 @@ func (h *Hub) Publish(ev Event) {
 	delete(h.waiters, ev.Token)
 }
 
+// Waiting is the number of polls waiting for token's event (tests publish once one waits).
+func (h *Hub) Waiting(token string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.waiters[token])
+}
+
 // Wait returns the event for token, waiting until one is published or ctx is done
 // (ok=false).
 func (h *Hub) Wait(ctx context.Context, token string) (Event, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -26,79 +27,100 @@ func TestHub(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakePassiveClock(start)
-			hub := notify.NewHub(time.Minute, clk)
-			if tc.publishFirst {
-				hub.Publish(ev)
-				clk.SetTime(start.Add(tc.advance))
-				hub.Publish(notify.Event{Token: "other"}) // publishing collects old events
-			} else {
-				go func() {
-					time.Sleep(20 * time.Millisecond)
+			// In a synctest bubble: the waiter is known to be waiting (synctest.Wait) before
+			// the later publish, and the context's timeout is virtual time.
+			synctest.Test(t, func(t *testing.T) {
+				clk := clocktesting.NewFakePassiveClock(start)
+				hub := notify.NewHub(time.Minute, clk)
+				if tc.publishFirst {
 					hub.Publish(ev)
+					clk.SetTime(start.Add(tc.advance))
+					hub.Publish(notify.Event{Token: "other"}) // publishing collects old events
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+				if !tc.wantOK {
+					cancel()
+				}
+				defer cancel()
+				type result struct {
+					ev notify.Event
+					ok bool
+				}
+				done := make(chan result, 1)
+				go func() {
+					ev, ok := hub.Wait(ctx, "t1")
+					done <- result{ev, ok}
 				}()
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if !tc.wantOK {
-				cancel()
-			}
-			defer cancel()
-			got, ok := hub.Wait(ctx, "t1")
-			if ok != tc.wantOK {
-				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
-			}
-			if !ok {
-				return
-			}
-			want := ev
-			want.At = start
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("event (-want +got):\n%s", diff)
-			}
+				if !tc.publishFirst {
+					synctest.Wait()
+					select {
+					case r := <-done:
+						t.Fatalf("Wait returned before the publish: %+v", r)
+					default:
+					}
+					hub.Publish(ev)
+				}
+				r := <-done
+				if r.ok != tc.wantOK {
+					t.Fatalf("ok = %v, want %v", r.ok, tc.wantOK)
+				}
+				if !r.ok {
+					return
+				}
+				want := ev
+				want.At = start
+				if diff := cmp.Diff(want, r.ev); diff != "" {
+					t.Errorf("event (-want +got):\n%s", diff)
+				}
+			})
 		})
 	}
 }
 
 func TestHubWaitEndsWithContext(t *testing.T) {
-	hub := notify.NewHub(time.Minute, clocktesting.NewFakePassiveClock(time.Now()))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	if _, ok := hub.Wait(ctx, "nobody"); ok {
-		t.Fatal("Wait returned an event nobody published")
-	}
-	// The cancelled waiter is gone: a later publish for that token reaches a new waiter only.
-	hub.Publish(notify.Event{Token: "nobody", Reason: "idle"})
-	got, ok := hub.Wait(context.Background(), "nobody")
-	if !ok || got.Reason != "idle" {
-		t.Errorf("Wait after publish = %+v, %v", got, ok)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		hub := notify.NewHub(time.Minute, clocktesting.NewFakePassiveClock(time.Now()))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+		defer cancel()
+		if _, ok := hub.Wait(ctx, "nobody"); ok {
+			t.Fatal("Wait returned an event nobody published")
+		}
+		// The cancelled waiter is gone: a later publish for that token reaches a new waiter only.
+		hub.Publish(notify.Event{Token: "nobody", Reason: "idle"})
+		got, ok := hub.Wait(t.Context(), "nobody")
+		if !ok || got.Reason != "idle" {
+			t.Errorf("Wait after publish = %+v, %v", got, ok)
+		}
+	})
 }
 
 // TestHubBounded: events published faster than they expire (a flood of forwarded
 // revocations) keep at most the configured number; the newest are kept, so a waiter on a
 // recent revocation still hears of it.
 func TestHubBounded(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
-	hub := notify.NewHub(time.Hour, clk, notify.WithMaxEvents(100))
-	for i := range 1000 {
-		hub.Publish(notify.Event{Token: fmt.Sprintf("tok-%d", i), Reason: "revoke"})
-		clk.SetTime(clk.Now().Add(time.Millisecond))
-	}
-	if got := hub.Len(); got > 100 {
-		t.Errorf("hub keeps %d events, want at most 100", got)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if _, ok := hub.Wait(ctx, "tok-999"); !ok {
-		t.Error("the newest event was dropped")
-	}
-	if _, ok := hub.Wait(ctx, "tok-0"); ok {
-		t.Error("the oldest event is still kept beyond the bound")
-	}
-	// Expired events go too, without a publish scanning all of them.
-	clk.SetTime(clk.Now().Add(2 * time.Hour))
-	hub.Publish(notify.Event{Token: "fresh"})
-	if got := hub.Len(); got != 1 {
-		t.Errorf("after expiry the hub keeps %d events, want 1", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+		hub := notify.NewHub(time.Hour, clk, notify.WithMaxEvents(100))
+		for i := range 1000 {
+			hub.Publish(notify.Event{Token: fmt.Sprintf("tok-%d", i), Reason: "revoke"})
+			clk.SetTime(clk.Now().Add(time.Millisecond))
+		}
+		if got := hub.Len(); got > 100 {
+			t.Errorf("hub keeps %d events, want at most 100", got)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		if _, ok := hub.Wait(ctx, "tok-999"); !ok {
+			t.Error("the newest event was dropped")
+		}
+		if _, ok := hub.Wait(ctx, "tok-0"); ok {
+			t.Error("the oldest event is still kept beyond the bound")
+		}
+		// Expired events go too, without a publish scanning all of them.
+		clk.SetTime(clk.Now().Add(2 * time.Hour))
+		hub.Publish(notify.Event{Token: "fresh"})
+		if got := hub.Len(); got != 1 {
+			t.Errorf("after expiry the hub keeps %d events, want 1", got)
+		}
+	})
 }

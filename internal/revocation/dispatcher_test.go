@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -43,7 +44,7 @@ func TestRevokedNeverBlocks(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() {
-		d.Revoked(context.Background(), "idle", holders)
+		d.Revoked(t.Context(), "idle", holders)
 		close(done)
 	}()
 	select {
@@ -70,7 +71,7 @@ func TestDispatchSelfWithoutPodView(t *testing.T) {
 	hub := notify.NewHub(time.Minute, clock.RealClock{})
 	d := revocation.NewDispatcher(noPods{}, self, handlers.NewDefaultRegistry(hub, nil, nil),
 		revocation.WithMetrics(metrics.New(nil)))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _ = d.Start(ctx) }()
 	d.Revoked(ctx, "pod", []lease.Holder{{Token: "t1", Type: "tex", Resource: "tex2pdf", Pod: self, PodBound: true}})
@@ -86,41 +87,46 @@ func TestDispatchSelfWithoutPodView(t *testing.T) {
 // whether another pod is alive; a session-bound holder of another pod is only released, its
 // handler does not run on a guess (it might end a live pod's session).
 func TestAgentDecidesNothingDestructiveForOtherPods(t *testing.T) {
-	self := lease.PodRef{Namespace: "ns", Name: "agent-pod", UID: "u"}
-	reg := prometheus.NewRegistry()
-	ran := make(chan revocation.Revocation, 1)
-	registry := revocation.NewRegistry()
-	if err := registry.Register("mcp", revocation.HandlerFunc(func(_ context.Context, r revocation.Revocation) error {
-		ran <- r
-		return nil
-	})); err != nil {
-		t.Fatal(err)
-	}
-	d := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
-		revocation.WithMetrics(metrics.New(nil)), revocation.WithRegisterer(reg))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = d.Start(ctx) }()
-	other := lease.PodRef{Namespace: "ns", Name: "brain-0", UID: "b"}
-	d.Revoked(ctx, "idle", []lease.Holder{{Token: "t1", Type: "mcp", Resource: "browser", Pod: other,
-		Payload: map[string]string{"endpoint": "http://mcp/", "sessionId": "s"}}})
-	want := `
+	// In a synctest bubble: synctest.Wait returns once the dispatch is complete.
+	synctest.Test(t, func(t *testing.T) {
+		self := lease.PodRef{Namespace: "ns", Name: "agent-pod", UID: "u"}
+		reg := prometheus.NewRegistry()
+		ran := make(chan revocation.Revocation, 1)
+		registry := revocation.NewRegistry()
+		if err := registry.Register("mcp", revocation.HandlerFunc(func(_ context.Context, r revocation.Revocation) error {
+			ran <- r
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		d := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
+			revocation.WithMetrics(metrics.New(nil)), revocation.WithRegisterer(reg))
+		ctx, cancel := context.WithCancel(t.Context())
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = d.Start(ctx)
+		}()
+		other := lease.PodRef{Namespace: "ns", Name: "brain-0", UID: "b"}
+		d.Revoked(ctx, "idle", []lease.Holder{{Token: "t1", Type: "mcp", Resource: "browser", Pod: other,
+			Payload: map[string]string{"endpoint": "http://mcp/", "sessionId": "s"}}})
+		want := `
 # HELP vance_lease_revocation_dispatch_total Revoked holders dispatched, by matrix action and outcome (ok, error).
 # TYPE vance_lease_revocation_dispatch_total counter
 vance_lease_revocation_dispatch_total{action="release-only",outcome="ok"} 1
 `
-	deadline := time.Now().Add(5 * time.Second)
-	for promtestutil.GatherAndCompare(reg, strings.NewReader(want), "vance_lease_revocation_dispatch_total") != nil {
-		if time.Now().After(deadline) {
-			t.Fatal(promtestutil.GatherAndCompare(reg, strings.NewReader(want), "vance_lease_revocation_dispatch_total"))
+		synctest.Wait() // the workers dispatched the holder and wait for the next one
+		if err := promtestutil.GatherAndCompare(reg, strings.NewReader(want), "vance_lease_revocation_dispatch_total"); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the metric, as Eventually does
-	}
-	select {
-	case r := <-ran:
-		t.Errorf("handler ran at %s for a pod whose liveness is unknown", r.Site)
-	default:
-	}
+		select {
+		case r := <-ran:
+			t.Errorf("handler ran at %s for a pod whose liveness is unknown", r.Site)
+		default:
+		}
+		cancel()
+		<-stopped
+	})
 }
 
 // recordingRegistry has one handler for type "tex" that records the tokens it ran for;
@@ -162,9 +168,9 @@ func TestDispatcherDrainsOnShutdown(t *testing.T) {
 	for i := range 50 {
 		tok := fmt.Sprintf("t%02d", i)
 		want = append(want, tok)
-		d.Revoked(context.Background(), "pod", []lease.Holder{{Token: tok, Type: "tex", Pod: self, PodBound: true}})
+		d.Revoked(t.Context(), "pod", []lease.Holder{{Token: tok, Type: "tex", Pod: self, PodBound: true}})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // the signal arrived
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -181,8 +187,8 @@ func TestDispatcherDrainIsBounded(t *testing.T) {
 	reg, ran := recordingRegistry(t, make(chan struct{})) // never released
 	d := revocation.NewDispatcher(noPods{}, self, reg, revocation.WithMetrics(metrics.New(nil)),
 		revocation.WithDrainTimeout(50*time.Millisecond))
-	d.Revoked(context.Background(), "pod", []lease.Holder{{Token: "stuck", Type: "tex", Pod: self, PodBound: true}})
-	ctx, cancel := context.WithCancel(context.Background())
+	d.Revoked(t.Context(), "pod", []lease.Holder{{Token: "stuck", Type: "tex", Pod: self, PodBound: true}})
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := d.Start(ctx); err != nil { // returns: the drain gave up on the stuck handler
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func idleHolder(t *testing.T, s *leasestore.Store, resource string) lease.Holder
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // past the TTL on the server's clock
+	time.Sleep(300 * time.Millisecond) // real time: past the TTL on the store's clock
 	return h
 }
 

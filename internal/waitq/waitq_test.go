@@ -3,10 +3,14 @@ package waitq
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // woken returns the indexes of the waiters whose wake is pending, draining them.
@@ -131,8 +135,10 @@ func TestWakeAllWakesEveryWaiterOnce(t *testing.T) {
 	}
 }
 
+// TestWaitNeverPastTheDeadline runs Wait in a synctest bubble: the bubble's clock advances
+// only when every goroutine in it is blocked, so the waiter is known to be waiting when the
+// test looks, and Wait's timers fire at their exact virtual time.
 func TestWaitNeverPastTheDeadline(t *testing.T) {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for name, tc := range map[string]struct {
 		safety, remaining time.Duration
 		wake              bool
@@ -145,29 +151,33 @@ func TestWaitNeverPastTheDeadline(t *testing.T) {
 		"deadline already passed":        {safety: time.Second, remaining: 0, want: Deadline},
 	} {
 		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(start)
-			q := New()
-			w := q.Register("k")
-			if tc.wake {
-				q.Freed([]string{"k"})
-			}
-			got := make(chan Wake, 1)
-			go func() { got <- w.Wait(context.Background(), clk, tc.safety, start.Add(tc.remaining)) }()
-			if tc.step > 0 {
-				for !clk.HasWaiters() {
-					time.Sleep(time.Millisecond) // until Wait armed its timer on the fake clock
+			synctest.Test(t, func(t *testing.T) {
+				clk := clock.RealClock{} // the bubble's virtual time
+				start := clk.Now()
+				q := New()
+				w := q.Register("k")
+				if tc.wake {
+					q.Freed([]string{"k"})
 				}
-				clk.Step(tc.step - time.Nanosecond)
-				select {
-				case r := <-got:
-					t.Fatalf("Wait returned %v before its time", r)
-				default:
+				got := make(chan Wake, 1)
+				go func() { got <- w.Wait(t.Context(), clk, tc.safety, start.Add(tc.remaining)) }()
+				if tc.step > 0 {
+					time.Sleep(tc.step - time.Nanosecond) // virtual time
+					synctest.Wait()
+					select {
+					case r := <-got:
+						t.Fatalf("Wait returned %v before its time", r)
+					default:
+					}
 				}
-				clk.Step(time.Nanosecond)
-			}
-			if r := <-got; r != tc.want {
-				t.Errorf("Wait = %v, want %v", r, tc.want)
-			}
+				r := waitfor.Receive(t, got, "Wait's answer")
+				if r != tc.want {
+					t.Errorf("Wait = %v, want %v", r, tc.want)
+				}
+				if elapsed := time.Since(start); elapsed != tc.step {
+					t.Errorf("Wait returned after %v, want %v", elapsed, tc.step)
+				}
+			})
 		})
 	}
 }
@@ -175,7 +185,7 @@ func TestWaitNeverPastTheDeadline(t *testing.T) {
 func TestWaitCancelled(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	w := New().Register("k")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if r := w.Wait(ctx, clk, time.Second, clk.Now().Add(time.Minute)); r != Cancelled {
 		t.Errorf("Wait = %v, want Cancelled", r)
@@ -231,18 +241,22 @@ func TestOrderFollowsTheReservations(t *testing.T) {
 	}
 }
 
+// TestNotifiedWakesAsRemote runs in a synctest bubble: a waiter that is not woken returns
+// Timer after its virtual second instead of blocking the test.
 func TestNotifiedWakesAsRemote(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	q := New()
-	a, b := q.Register("k"), q.Register("k")
-	q.Notified([]string{"k"})
-	if r := a.Wait(context.Background(), clk, time.Second, clk.Now().Add(time.Minute)); r != Remote {
-		t.Errorf("Wait after Notified = %v, want Remote", r)
-	}
-	a.Rearm()
-	q.Freed([]string{"k"})
-	if r := a.Wait(context.Background(), clk, time.Second, clk.Now().Add(time.Minute)); r != Freed {
-		t.Errorf("Wait after Freed = %v, want Freed", r)
-	}
-	_ = b
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.RealClock{} // the bubble's virtual time
+		q := New()
+		a, b := q.Register("k"), q.Register("k")
+		q.Notified([]string{"k"})
+		if r := a.Wait(t.Context(), clk, time.Second, clk.Now().Add(time.Minute)); r != Remote {
+			t.Errorf("Wait after Notified = %v, want Remote", r)
+		}
+		a.Rearm()
+		q.Freed([]string{"k"})
+		if r := a.Wait(t.Context(), clk, time.Second, clk.Now().Add(time.Minute)); r != Freed {
+			t.Errorf("Wait after Freed = %v, want Freed", r)
+		}
+		_ = b
+	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 	"github.com/vancetope/lease-operator/pkg/leaseclient"
 )
 
@@ -211,7 +212,7 @@ func TestUnavailable(t *testing.T) {
 		c, cancel := context.WithCancel(context.Background())
 		go func() {
 			// Cancel once the acquisition is waiting on the server.
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // real time: the client shows no sign that its request waits on the server
 			cancel()
 		}()
 		_, err := e.client.Acquire(c, other)
@@ -300,7 +301,7 @@ func TestRevokedEvent(t *testing.T) {
 	// by a live long-poll.
 	deadline := time.Now().Add(20 * time.Second)
 	for polls.Load() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real time: polling the fake server's count of polls (bounded by deadline)
 	}
 	if _, ok, err := e.store.Revoke(context.Background(), l.Token, "acme"); err != nil || !ok {
 		t.Fatalf("revoke: %v %v", ok, err)
@@ -335,15 +336,13 @@ func TestReleaseStopsTheLongPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Revoked()
-	for polls.Load() < 1 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(t, "the client polls for events", func() bool { return polls.Load() >= 1 })
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	// A poll in flight ends by cancellation; no further poll starts after it.
 	n := polls.Load()
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // real time: no further poll may start; an absence needs time to show
 	if got := polls.Load(); got > n+1 {
 		t.Errorf("%d long-polls after release, want at most the one in flight", got-n)
 	}

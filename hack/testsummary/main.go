@@ -1,0 +1,98 @@
+// Command testsummary reads `go test -json` on stdin and prints what `go test` without -v
+// prints (the output of failing tests, each package's closing ok/FAIL line), then the
+// slowest tests of the run. `make test` pipes through it, so CI's log shows where the
+// minutes go (docs/testing.md, "Time in tests").
+//
+//	go test -json ./... | go run ./hack/testsummary [-top 10]
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+type timing struct {
+	name    string
+	elapsed float64
+}
+
+func main() {
+	top := flag.Int("top", 10, "how many of the slowest tests to list")
+	flag.Parse()
+	failed, err := run(os.Stdin, os.Stdout, *top)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testsummary:", err)
+		os.Exit(2)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// run copies the run's output as plain go test shows it and appends the slowest tests; it
+// reports whether a package or test failed.
+func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
+	buffered := map[string][]string{} // output of a running test, shown only if it fails
+	var times []timing
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var ev event
+		if json.Unmarshal(line, &ev) != nil || ev.Action == "" {
+			fmt.Fprintln(out, string(line)) // not an event (a build error): as it came
+			continue
+		}
+		key := ev.Package + " " + ev.Test
+		switch {
+		case ev.Test != "" && ev.Action == "output":
+			if !strings.HasPrefix(ev.Output, "=== ") { // -v's progress lines: go test without -v has none
+				buffered[key] = append(buffered[key], ev.Output)
+			}
+		case ev.Test != "" && (ev.Action == "pass" || ev.Action == "skip"):
+			delete(buffered, key)
+			if ev.Action == "pass" && !strings.Contains(ev.Test, "/") {
+				times = append(times, timing{ev.Package + "." + ev.Test, ev.Elapsed})
+			}
+		case ev.Test != "" && ev.Action == "fail":
+			failed = true
+			fmt.Fprint(out, strings.Join(buffered[key], ""))
+			delete(buffered, key)
+		case ev.Test == "" && ev.Action == "output":
+			if o := ev.Output; !strings.HasPrefix(o, "=== ") && o != "PASS\n" {
+				fmt.Fprint(out, o)
+			}
+		case ev.Test == "" && ev.Action == "fail":
+			failed = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return failed, err
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].elapsed > times[j].elapsed })
+	if len(times) > top {
+		times = times[:top]
+	}
+	if len(times) > 0 {
+		fmt.Fprintf(out, "\nslowest %d tests:\n", len(times))
+		for _, t := range times {
+			fmt.Fprintf(out, "%8.2fs  %s\n", t.elapsed, t.name)
+		}
+	}
+	return failed, nil
+}
