@@ -12,11 +12,12 @@ import (
 // A tailable awaitData getMore asks the server to wait up to maxTimeMS for new documents.
 // FerretDB v1.24.2 waits by re-running the cursor's query every 10 ms under a context with
 // that deadline, which has two costs: with a few tailing clients it slows every other
-// command, and the deadline ends SQLite queries mid-call. The SQLite driver it uses
-// (modernc.org/sqlite v1.32.0) then drops a statement that has already returned a row
-// without resetting it: the pooled connection keeps a read transaction on a snapshot that
-// never moves again, and every later write on it fails with "database is locked (517)"
-// (SQLITE_BUSY_SNAPSHOT) or "interrupted (9)", for good (wedge_test.go).
+// command, and the deadline ends SQLite queries mid-call. The SQLite driver FerretDB v1.24.2
+// came with (modernc.org/sqlite v1.32.0) then dropped a statement that had already returned
+// a row without resetting it: the pooled connection kept a read transaction on a snapshot
+// that never moved again, and every later write on it failed with "database is locked
+// (517)" (SQLITE_BUSY_SNAPSHOT) or "interrupted (9)", for good (wedge_test.go). The driver
+// is newer now (driver_test.go); no deadline reaching SQLite is better still.
 //
 // So FerretDB never sees an awaitData cursor: the proxy opens it as a plain tailable
 // cursor (awaitData: false, awaitFind), remembers its id, and serves the waiting itself. It
