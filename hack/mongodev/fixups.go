@@ -16,12 +16,14 @@ import (
 // them, and returns the message to forward (msg itself when nothing changes):
 //
 //   - maxTimeMS, which the Go driver adds to every command whose context has a deadline, is
-//     dropped from every command but getMore (where it means how long an awaitData cursor
-//     waits; awaitdata.go). distinct with it fails with (FailedToParse) distinct: unknown
-//     field "maxTimeMS", and on any other command FerretDB interrupts SQLite mid-statement
-//     when it runs out ("interrupted (9)"), which on this one-command-at-a-time server is a
-//     matter of queueing, not of the command. The client's own deadline still applies: it
-//     stops waiting, and the proxy lets the command finish and drops its answer.
+//     dropped from every command. distinct with it fails with (FailedToParse) distinct:
+//     unknown field "maxTimeMS"; on any other command FerretDB turns it into a context
+//     deadline that ends SQLite statements mid-call, which on this one-command-at-a-time
+//     server is a matter of queueing, not of the command, and which can leave the pooled
+//     SQLite connection broken for good (awaitdata.go). The client's own deadline still
+//     applies: it stops waiting, and the proxy lets the command finish and drops its answer.
+//     On getMore, maxTimeMS says how long an awaitData cursor waits: the proxy serves that
+//     wait itself (awaitdata.go).
 func fixupRequest(msg []byte) []byte {
 	if opCode(msg) != opMsg || len(msg) < headerLen+5 {
 		return msg
@@ -47,9 +49,6 @@ func fixupRequest(msg []byte) []byte {
 			continue
 		}
 		doc := msg[pos+1 : pos+1+size]
-		if firstKey(doc) == "getMore" {
-			return msg
-		}
 		start, stop, ok := findElement(doc, "maxTimeMS")
 		if !ok {
 			return msg

@@ -88,7 +88,7 @@ func (x *idIndexer) index(db string) error {
 		if _, err := os.Stat(file); err != nil {
 			return nil // nothing created yet
 		}
-		u := &url.URL{Scheme: "file", Path: file, RawQuery: "_pragma=busy_timeout(10000)"}
+		u := &url.URL{Scheme: "file", Path: file, RawQuery: "_pragma=busy_timeout(10000)&" + sqlitePragmas}
 		var err error
 		if conn, err = sql.Open("sqlite", u.String()); err != nil {
 			return err

@@ -12,7 +12,8 @@
 //
 //	mongodev listening on mongodb://127.0.0.1:27017/
 //
-// Data lives in a temporary directory that is removed on exit, unless --dir is given.
+// Data lives in a temporary directory that is removed on exit, unless --dir is given. There is
+// no durability: SQLite runs with synchronous(OFF) (see sqlitePragmas).
 // SIGINT/SIGTERM stop it cleanly; so does end of file on stdin with --exit-on-stdin-eof
 // (used by test harnesses so that the server dies with the test process).
 //
@@ -95,6 +96,14 @@ func run() int {
 	return 0
 }
 
+// sqlitePragmas are the SQLite URL parameters of every connection to the data files (FerretDB's
+// and idindex.go's). synchronous(OFF): a commit does not wait for the disk. SQLite's default in
+// WAL mode (FULL) syncs the WAL file at every commit, which on a disk costs each write
+// about a millisecond and a half; the development store promises no durability (its data
+// lives in a temporary directory), so a crash of the machine may lose or corrupt it. FerretDB
+// adds its own busy_timeout, journal_mode(wal) and auto_vacuum to these.
+const sqlitePragmas = "_pragma=synchronous(OFF)"
+
 // serve runs FerretDB and the proxy until ctx is done. ready is called with the proxy's and
 // FerretDB's addresses once FerretDB answers and the proxy listens. stopSignals is called
 // once shutdown starts, so that a second SIGINT kills the process the default way.
@@ -109,7 +118,7 @@ func serve(ctx context.Context, stopSignals func(), listen, dir string, logger *
 		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Logger:    logger,
 		Handler:   "sqlite",
-		SQLiteURL: (&url.URL{Scheme: "file", Path: dataDir + "/"}).String(),
+		SQLiteURL: (&url.URL{Scheme: "file", Path: dataDir + "/", RawQuery: sqlitePragmas}).String(),
 	})
 	if err != nil {
 		return fmt.Errorf("start FerretDB: %w", err)

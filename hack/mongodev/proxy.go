@@ -28,6 +28,11 @@ type proxy struct {
 	insGen   uint64
 	inserted chan struct{}
 
+	// awaitMu guards awaitCursors: the ids of the tailable cursors the proxy opened for
+	// clients' awaitData finds, whose waiting it serves (awaitdata.go).
+	awaitMu      sync.Mutex
+	awaitCursors map[int64]struct{}
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -36,7 +41,7 @@ type proxy struct {
 
 func newProxy(backendAddr string, logger *slog.Logger) *proxy {
 	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{}),
-		inserted: make(chan struct{})}
+		inserted: make(chan struct{}), awaitCursors: make(map[int64]struct{})}
 }
 
 // serve accepts client connections until ln is closed.
@@ -124,11 +129,18 @@ func (p *proxy) handle(client net.Conn) {
 		}
 		var resps [][]byte
 		switch {
-		case awaitsData(req):
+		case p.awaitsData(req):
 			resps, err = p.awaitData(backend, br, req, &seen)
 		case monitoring(req):
 			resps, err = forwardAll(backend, br, req)
 		default:
+			if find := awaitFind(req); find != nil {
+				if resps, err = p.roundTrip(backend, br, find); err == nil {
+					p.noteAwaitCursor(resps)
+				}
+				break
+			}
+			p.forgetCursors(req)
 			resps, err = p.roundTrip(backend, br, req)
 		}
 		if err != nil {
@@ -229,19 +241,4 @@ func forwardAll(backend net.Conn, br *bufio.Reader, req []byte) ([][]byte, error
 		return nil, err
 	}
 	return [][]byte{resp}, nil
-}
-
-// awaitsData reports whether req is a getMore that carries maxTimeMS. Both MongoDB and
-// FerretDB v1.24.2 accept maxTimeMS on getMore only for a tailable awaitData cursor (FerretDB:
-// "cannot set maxTimeMS on getMore command for a non-awaitData cursor"), so the field alone
-// tells a getMore that blocks server-side until data arrives or the time is up. Such a
-// getMore only reads a capped collection (FerretDB re-runs the cursor's query every 10 ms
-// while it waits); reads need not be serialized, only the conditional writes do.
-func awaitsData(req []byte) bool {
-	body := opMsgBody(req)
-	if body == nil || firstKey(body) != "getMore" {
-		return false
-	}
-	_, err := body.LookupErr("maxTimeMS")
-	return err == nil
 }

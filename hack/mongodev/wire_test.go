@@ -51,17 +51,21 @@ func TestFixupRequest(t *testing.T) {
 		}
 	}
 
-	// Any other command loses it too: FerretDB would interrupt it mid-statement.
+	// Any other command loses it too, getMore included (the proxy serves an awaitData
+	// cursor's wait): FerretDB would end SQLite statements mid-call.
 	update := bson.D{{Key: "update", Value: "c"}, {Key: "maxTimeMS", Value: int64(5)}, {Key: "$db", Value: "d"}}
 	if out, want := fixupRequest(buildMsg(t, 0, update, false)),
 		buildMsg(t, 0, bson.D{{Key: "update", Value: "c"}, {Key: "$db", Value: "d"}}, false); !bytes.Equal(out, want) {
 		t.Errorf("update with maxTimeMS:\n got % x\nwant % x", out, want)
 	}
+	getMore := bson.D{{Key: "getMore", Value: int64(7)}, {Key: "collection", Value: "c"}, {Key: "maxTimeMS", Value: int64(5)}}
+	if out, want := fixupRequest(buildMsg(t, 0, getMore, false)),
+		buildMsg(t, 0, getMore[:2], false); !bytes.Equal(out, want) {
+		t.Errorf("getMore with maxTimeMS:\n got % x\nwant % x", out, want)
+	}
 
-	// Left alone: getMore (an awaitData cursor's wait), commands without maxTimeMS, other
-	// opcodes, garbage.
+	// Left alone: commands without maxTimeMS, other opcodes, garbage.
 	for _, in := range [][]byte{
-		buildMsg(t, 0, bson.D{{Key: "getMore", Value: int64(7)}, {Key: "collection", Value: "c"}, {Key: "maxTimeMS", Value: int64(5)}}, false),
 		buildMsg(t, flagMoreToCome, bson.D{{Key: "distinct", Value: "c"}, {Key: "key", Value: "pod"}}, false),
 		pingMessage(3),
 		append(make([]byte, 12), 0xd4, 0x07, 0, 0), // OP_QUERY header only
@@ -110,6 +114,33 @@ func TestSplitCreateIndexes(t *testing.T) {
 	} {
 		if subs := splitCreateIndexes(msg); subs != nil {
 			t.Errorf("split % x", msg)
+		}
+	}
+}
+
+func TestAwaitFind(t *testing.T) {
+	body := func(cmd bson.D) []byte {
+		b, err := bson.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buildOpMsg(1, 0, b)
+	}
+	find := func(awaitData bool) bson.D {
+		return bson.D{{Key: "find", Value: "events"}, {Key: "filter", Value: bson.D{}}, {Key: "tailable", Value: true},
+			{Key: "awaitData", Value: awaitData}, {Key: "batchSize", Value: int32(1)}, {Key: "$db", Value: "d"}}
+	}
+	if got, want := awaitFind(body(find(true))), body(find(false)); !bytes.Equal(got, want) {
+		t.Errorf("awaitData find:\n got % x\nwant % x", got, want)
+	}
+	for name, in := range map[string][]byte{
+		"awaitData false": body(find(false)),
+		"no awaitData":    body(bson.D{{Key: "find", Value: "events"}, {Key: "tailable", Value: true}, {Key: "$db", Value: "d"}}),
+		"not a find":      body(bson.D{{Key: "aggregate", Value: "events"}, {Key: "awaitData", Value: true}, {Key: "$db", Value: "d"}}),
+		"ping":            pingMessage(2),
+	} {
+		if got := awaitFind(in); got != nil {
+			t.Errorf("%s: rewritten to % x", name, got)
 		}
 	}
 }
