@@ -46,7 +46,8 @@ func peakHeap(stop <-chan struct{}) <-chan float64 {
 // development server). Per operation it reports store round trips, documents read (counted
 // with the driver's command monitor; they carry over to MongoDB) and the peak heap in use.
 // Acquire (with its release) must stay flat; the idle sweep, reconcile and the pod scan
-// linear, in batches; a gone pod that holds nothing costs one small query.
+// linear, in batches; a gone pod that holds nothing costs one small query; the views of one
+// tenant read that tenant's documents.
 func BenchmarkScale(b *testing.B) {
 	sizes := []int{1000, 10000}
 	if os.Getenv("LEASE_BENCH_100K") != "" {
@@ -82,6 +83,29 @@ func BenchmarkScale(b *testing.B) {
 			{"pod-scan", func() error { _, err := s.HolderPods(ctx); return err }},
 			{"100-gone-pods", func() error { _, err := s.HolderPodsOf(ctx, gone); return err }},
 			{"reconcile", func() error { _, err := s.Reconcile(ctx); return err }},
+			// The operator's views of one tenant (10 holders at 10 000): what `kubectl lease
+			// list --tenant` and `counters --tenant` ask of the store through the live API,
+			// and (-before) what they asked before the tenant reached the store's filter:
+			// every page of holders, every counter with every holder's bookings.
+			{"view-list-tenant", func() error {
+				_, _, err := s.ListHoldersPage(ctx, leasestore.HolderFilter{Tenant: "t0001"}, "", 500)
+				return err
+			}},
+			{"view-list-tenant-before", func() error {
+				after := ""
+				for {
+					_, next, err := s.ListHoldersPage(ctx, leasestore.HolderFilter{}, after, 500)
+					if err != nil || next == "" {
+						return err
+					}
+					after = next
+				}
+			}},
+			{"view-counters-tenant", func() error {
+				_, err := s.ListCounters(ctx, leasestore.CounterFilter{Tenant: "t0001"})
+				return err
+			}},
+			{"view-counters-tenant-before", func() error { _, err := s.ListCounters(ctx, leasestore.CounterFilter{}); return err }},
 		}
 		for _, op := range ops {
 			b.Run(fmt.Sprintf("%s/holders=%d", op.name, n), func(b *testing.B) {
