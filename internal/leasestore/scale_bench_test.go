@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,5 +126,54 @@ func BenchmarkScale(b *testing.B) {
 				b.ReportMetric(<-peak, "peakHeapMiB")
 			})
 		}
+		// Acquisitions (each then released) while the scheduled sweep's reads of every
+		// holder run back to back, and without them: on the development store, which runs
+		// one command at a time, each round trip of an acquisition may wait for the batch
+		// being read (readBatch).
+		for _, sweeping := range []bool{false, true} {
+			b.Run(fmt.Sprintf("acquire-latency/sweeping=%t/holders=%d", sweeping, n), func(b *testing.B) {
+				var lat []time.Duration
+				for b.Loop() {
+					lat = append(lat, acquireLatencies(b, s, sweeping, 40)...)
+				}
+				slices.Sort(lat)
+				ms := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
+				b.ReportMetric(ms(0.5), "p50ms")
+				b.ReportMetric(ms(0.99), "p99ms")
+			})
+		}
 	}
+}
+
+// acquireLatencies times n acquisitions (each released), with the idle sweep and the pod
+// scan running back to back meanwhile when sweeping.
+func acquireLatencies(b *testing.B, s *leasestore.Store, sweeping bool, n int) []time.Duration {
+	ctx := context.Background()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for sweeping {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = s.ReapIdle(ctx, "")
+			_, _ = s.HolderPods(ctx)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		h, err := s.Acquire(ctx, request("r", "t0002", "p", "bench", allCaps(1<<20, 1<<20, 1<<20, 1<<20)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, time.Since(t0))
+		if _, err := s.Release(ctx, h.Token); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
 }
