@@ -205,10 +205,16 @@ func (c *liveClient) listCounters(ctx context.Context, f leasestore.CounterFilte
 	if f.Level != "" {
 		labels = append(labels, livev1alpha1.LabelLevel+"="+string(f.Level))
 	}
+	// The tenant goes to the server as a field selector, so that it reads that tenant's
+	// counters and holders alone rather than every one of them.
+	opts := metav1.ListOptions{LabelSelector: strings.Join(labels, ",")}
+	if f.Tenant != "" {
+		opts.FieldSelector = fields.OneTermEqualSelector(livev1alpha1.FieldCounterTenant, f.Tenant).String()
+	}
 	var list livev1alpha1.LeaseCounterList
 	get := func() error {
 		return c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceCounters).
-			VersionedParams(&metav1.ListOptions{LabelSelector: strings.Join(labels, ",")}, liveParams).Do(ctx).Into(&list)
+			VersionedParams(&opts, liveParams).Do(ctx).Into(&list)
 	}
 	err := get()
 	if err != nil && c.narrowOnForbidden(err) {

@@ -13,8 +13,12 @@ import (
 )
 
 // readBatch is how many documents one streaming read command (reconcile, sweeps) returns: each command
-// stays short on the server, and reconcile holds one batch of counters at a time.
-const readBatch = 256
+// stays short on the server, and reconcile holds one batch of counters at a time. Small,
+// because the development store runs one command at a time: every round trip of an
+// acquisition that arrives during a sweep waits for the batch being read, so the batch
+// bounds what a sweep of many holders adds to an acquisition (docs/operations.md,
+// "Behaviour at scale"). On MongoDB it only costs more getMores.
+const readBatch = 32
 
 // Reconcile recomputes every counter from the holders' registered levels and corrects the
 // drift left by crash windows (between increment and push, between delete and decrement).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,7 +47,8 @@ func peakHeap(stop <-chan struct{}) <-chan float64 {
 // development server). Per operation it reports store round trips, documents read (counted
 // with the driver's command monitor; they carry over to MongoDB) and the peak heap in use.
 // Acquire (with its release) must stay flat; the idle sweep, reconcile and the pod scan
-// linear, in batches; a gone pod that holds nothing costs one small query.
+// linear, in batches; a gone pod that holds nothing costs one small query; the views of one
+// tenant read that tenant's documents.
 func BenchmarkScale(b *testing.B) {
 	sizes := []int{1000, 10000}
 	if os.Getenv("LEASE_BENCH_100K") != "" {
@@ -82,6 +84,29 @@ func BenchmarkScale(b *testing.B) {
 			{"pod-scan", func() error { _, err := s.HolderPods(ctx); return err }},
 			{"100-gone-pods", func() error { _, err := s.HolderPodsOf(ctx, gone); return err }},
 			{"reconcile", func() error { _, err := s.Reconcile(ctx); return err }},
+			// The operator's views of one tenant (10 holders at 10 000): what `kubectl lease
+			// list --tenant` and `counters --tenant` ask of the store through the live API,
+			// and (-before) what they asked before the tenant reached the store's filter:
+			// every page of holders, every counter with every holder's bookings.
+			{"view-list-tenant", func() error {
+				_, _, err := s.ListHoldersPage(ctx, leasestore.HolderFilter{Tenant: "t0001"}, "", 500)
+				return err
+			}},
+			{"view-list-tenant-before", func() error {
+				after := ""
+				for {
+					_, next, err := s.ListHoldersPage(ctx, leasestore.HolderFilter{}, after, 500)
+					if err != nil || next == "" {
+						return err
+					}
+					after = next
+				}
+			}},
+			{"view-counters-tenant", func() error {
+				_, err := s.ListCounters(ctx, leasestore.CounterFilter{Tenant: "t0001"})
+				return err
+			}},
+			{"view-counters-tenant-before", func() error { _, err := s.ListCounters(ctx, leasestore.CounterFilter{}); return err }},
 		}
 		for _, op := range ops {
 			b.Run(fmt.Sprintf("%s/holders=%d", op.name, n), func(b *testing.B) {
@@ -101,5 +126,54 @@ func BenchmarkScale(b *testing.B) {
 				b.ReportMetric(<-peak, "peakHeapMiB")
 			})
 		}
+		// Acquisitions (each then released) while the scheduled sweep's reads of every
+		// holder run back to back, and without them: on the development store, which runs
+		// one command at a time, each round trip of an acquisition may wait for the batch
+		// being read (readBatch).
+		for _, sweeping := range []bool{false, true} {
+			b.Run(fmt.Sprintf("acquire-latency/sweeping=%t/holders=%d", sweeping, n), func(b *testing.B) {
+				var lat []time.Duration
+				for b.Loop() {
+					lat = append(lat, acquireLatencies(b, s, sweeping, 40)...)
+				}
+				slices.Sort(lat)
+				ms := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
+				b.ReportMetric(ms(0.5), "p50ms")
+				b.ReportMetric(ms(0.99), "p99ms")
+			})
+		}
 	}
+}
+
+// acquireLatencies times n acquisitions (each released), with the idle sweep and the pod
+// scan running back to back meanwhile when sweeping.
+func acquireLatencies(b *testing.B, s *leasestore.Store, sweeping bool, n int) []time.Duration {
+	ctx := context.Background()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for sweeping {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = s.ReapIdle(ctx, "")
+			_, _ = s.HolderPods(ctx)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		h, err := s.Acquire(ctx, request("r", "t0002", "p", "bench", allCaps(1<<20, 1<<20, 1<<20, 1<<20)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, time.Since(t0))
+		if _, err := s.Release(ctx, h.Token); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package leasestore_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,5 +91,45 @@ func TestReconcileStreamsALargeStore(t *testing.T) {
 	}
 	if want := (leasestore.ReconcileResult{Created: 1}); res != want {
 		t.Errorf("reconcile = %+v, want %+v", res, want)
+	}
+}
+
+// TestStreamingReadsHoldTheStoreBriefly: the reads of the scheduled sweep (idle sweep, pod
+// scan, reconcile) come in small batches, so that on the development store, which runs one
+// command at a time, an acquisition's round trip never waits behind a long one (issue 17:
+// acquire p99 at 10 000 holders).
+func TestStreamingReadsHoldTheStoreBriefly(t *testing.T) {
+	const n, maxPerCommand = 300, 64
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	var mu sync.Mutex
+	most := map[string]int{}
+	s := newStoreAt(t, uri, db, leasestore.WithReplyObserver(func(cmd string, docs int) {
+		mu.Lock()
+		defer mu.Unlock()
+		most[cmd] = max(most[cmd], docs)
+	}))
+	fillHolders(t, uri, db, n, 10)
+	for name, run := range map[string]func() error{
+		"idle sweep": func() error { _, err := s.ReapIdle(ctxT(t), ""); return err },
+		"pod scan":   func() error { _, err := s.HolderPods(ctxT(t)); return err },
+		"reconcile":  func() error { _, err := s.Reconcile(ctxT(t)); return err },
+	} {
+		mu.Lock()
+		clear(most)
+		mu.Unlock()
+		if err := run(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		mu.Lock()
+		for cmd, docs := range most {
+			if docs > maxPerCommand {
+				t.Errorf("%s: a %s reply carried %d documents, want at most %d per command", name, cmd, docs, maxPerCommand)
+			}
+		}
+		mu.Unlock()
 	}
 }

@@ -100,6 +100,13 @@ const (
 	fieldTenant   = "spec.tenant"
 )
 
+// fieldCounterTenant selects leasecounters by tenant (the global level has none).
+const fieldCounterTenant = livev1alpha1.FieldCounterTenant
+
+func counterFields(c *livev1alpha1.LeaseCounter) fields.Set {
+	return fields.Set{fieldName: c.Name, fieldNS: c.Namespace, fieldCounterTenant: c.Tenant}
+}
+
 func holderFields(h *livev1alpha1.LeaseHolder) fields.Set {
 	return fields.Set{
 		fieldName: h.Name, fieldNS: h.Namespace, fieldResource: h.Spec.Resource, fieldType: h.Spec.Type,
@@ -186,8 +193,9 @@ func setFilter(f *leasestore.HolderFilter, field, v string) {
 			f.Pod = v
 		}
 	case fieldTenant:
-		// The namespace decides the tenant; this one is only matched in memory, so that a
-		// selector never widens what a namespace shows.
+		// Narrows the store's read (its tenant index). The namespace's tenant still decides
+		// what a namespace shows: List never lets this widen it (see holderStorage.List).
+		f.Tenant = v
 	}
 }
 
@@ -229,6 +237,7 @@ func counterObject(c lease.Counter, ns string) livev1alpha1.LeaseCounter {
 		Resource:  c.Resource,
 		Level:     string(c.Level),
 		Scope:     c.Scope,
+		Tenant:    counterTenant(c),
 		Key:       c.Key,
 		Count:     int64(c.Count),
 		Booked:    int64(c.Booked),

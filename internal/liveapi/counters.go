@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -53,6 +54,9 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 		return nil, nil
 	}
 	if sc.kind == scopeTenant {
+		if f.Tenant != "" && f.Tenant != sc.tenant {
+			return nil, nil // another tenant's counters never appear here
+		}
 		// The tenant filter leaves the global level out.
 		f.Tenant = sc.tenant
 	}
@@ -127,9 +131,17 @@ func (s *counterStorage) List(ctx context.Context, o *metainternalversion.ListOp
 	if o != nil && o.FieldSelector != nil {
 		fsel = o.FieldSelector
 		for _, r := range fsel.Requirements() {
-			if r.Field != fieldName && r.Field != fieldNS {
+			switch r.Field {
+			case fieldName, fieldNS:
+			case fieldCounterTenant:
+				// Narrows the store's read to the tenant's counters and holders (their
+				// tenant indexes); the namespace's tenant still wins (counters above).
+				if r.Operator == selection.Equals || r.Operator == selection.DoubleEquals {
+					f.Tenant = r.Value
+				}
+			default:
 				return nil, apierrors.NewBadRequest("field label not supported: " + r.Field +
-					" (leasecounters select on metadata.name and metadata.namespace; use labels for resource and level)")
+					" (leasecounters select on metadata.name, metadata.namespace and tenant; use labels for resource and level)")
 			}
 		}
 	}
@@ -139,7 +151,7 @@ func (s *counterStorage) List(ctx context.Context, o *metainternalversion.ListOp
 	}
 	list := &livev1alpha1.LeaseCounterList{Items: []livev1alpha1.LeaseCounter{}}
 	for _, c := range cs {
-		if lsel.Matches(labels.Set(c.Labels)) && fsel.Matches(fields.Set{fieldName: c.Name, fieldNS: c.Namespace}) {
+		if lsel.Matches(labels.Set(c.Labels)) && fsel.Matches(counterFields(&c)) {
 			list.Items = append(list.Items, c)
 		}
 	}

@@ -81,6 +81,9 @@ func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 		return nil, err
 	}
 	if sc.kind == scopeTenant {
+		if sel.filter.Tenant != "" && sel.filter.Tenant != sc.tenant {
+			return list, nil // another tenant's holders never appear here
+		}
 		sel.filter.Tenant = sc.tenant
 	}
 	if o != nil && o.Continue != "" {

@@ -40,10 +40,12 @@ const (
 var (
 	// storeCommands counts the store's round trips (benchmarks).
 	storeCommands atomic.Int64
-	env           *livetest.Env
-	store         *leasestore.Store
-	reaps         *metrics.Metrics
-	handled       = &handledTokens{seen: map[string]bool{}}
+	// storeDocs counts the documents the store's replies carried (tests of what a list reads).
+	storeDocs atomic.Int64
+	env       *livetest.Env
+	store     *leasestore.Store
+	reaps     *metrics.Metrics
+	handled   = &handledTokens{seen: map[string]bool{}}
 	// self is the manager's pod: holders of this pod are revoked here, so the registered
 	// handler runs in the test process.
 	self = lease.PodRef{Namespace: systemNS, Name: "manager-0", UID: "uid-manager-0"}
@@ -91,7 +93,8 @@ func run(m *testing.M) (int, error) {
 		return 1, fmt.Errorf("test MongoDB: %w", err)
 	}
 	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()),
-		leasestore.WithCommandObserver(func(string) { storeCommands.Add(1) }))
+		leasestore.WithCommandObserver(func(string) { storeCommands.Add(1) }),
+		leasestore.WithReplyObserver(func(_ string, n int) { storeDocs.Add(int64(n)) }))
 	if err != nil {
 		return 1, err
 	}

@@ -44,11 +44,20 @@ func init() {
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 	// The apiserver refuses field selectors the scheme does not know.
 	utilruntime.Must(scheme.AddFieldLabelConversionFunc(livev1alpha1.GroupVersion.WithKind("LeaseHolder"), holderFieldLabel))
+	utilruntime.Must(scheme.AddFieldLabelConversionFunc(livev1alpha1.GroupVersion.WithKind("LeaseCounter"), counterFieldLabel))
 }
 
 func holderFieldLabel(label, value string) (string, string, error) {
 	switch label {
 	case fieldName, fieldNS, fieldResource, fieldType, fieldProject, fieldUser, fieldPod, fieldTenant:
+		return label, value, nil
+	}
+	return "", "", fmt.Errorf("field label not supported: %s", label)
+}
+
+func counterFieldLabel(label, value string) (string, string, error) {
+	switch label {
+	case fieldName, fieldNS, fieldCounterTenant:
 		return label, value, nil
 	}
 	return "", "", fmt.Errorf("field label not supported: %s", label)

@@ -151,6 +151,13 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 							Format:      "",
 						},
 					},
+					"tenant": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tenant is the tenant whose level the counter counts; empty for the global level, which belongs to no tenant. A field selector on it narrows the store's read.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"key": {
 						SchemaProps: spec.SchemaProps{
 							Description: "key is the counter's key in the store.",

@@ -17,6 +17,10 @@ const (
 	LabelLevel        = GroupName + "/level"
 )
 
+// FieldCounterTenant is the field selector that picks the counters of one tenant (the
+// global level belongs to none); the server narrows its store read by it.
+const FieldCounterTenant = "tenant"
+
 // LeaseHolder is one live lease: a slot booked on a resource at every capped level. Its
 // name is the holder's token. Deleting it revokes the lease.
 // +kubebuilder:object:root=true
@@ -108,6 +112,10 @@ type LeaseCounter struct {
 	Level string `json:"level"`
 	// scope is tenant/user, tenant/project, tenant or *.
 	Scope string `json:"scope"`
+	// tenant is the tenant whose level the counter counts; empty for the global level,
+	// which belongs to no tenant. A field selector on it narrows the store's read.
+	// +optional
+	Tenant string `json:"tenant,omitempty"`
 	// key is the counter's key in the store.
 	Key string `json:"key"`
 	// count is the stored count.
