@@ -44,6 +44,17 @@ func main() {
 	}
 }
 
+// closing reports whether o is a passing package's closing line (a failing package's comes
+// with the rest of its output when it fails).
+func closing(o string) bool {
+	for _, p := range []string{"ok  \t", "?   \t"} {
+		if strings.HasPrefix(o, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // run copies the run's output as plain go test shows it and appends the slowest tests; it
 // reports whether a package or test failed.
 func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
@@ -74,11 +85,22 @@ func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 			fmt.Fprint(out, strings.Join(buffered[key], ""))
 			delete(buffered, key)
 		case ev.Test == "" && ev.Action == "output":
-			if o := ev.Output; !strings.HasPrefix(o, "=== ") && o != "PASS\n" {
+			// A package's own output (a TestMain's, a suite's logger) is shown only when the
+			// package fails, as go test without -v does; its closing line always.
+			switch o := ev.Output; {
+			case closing(o):
 				fmt.Fprint(out, o)
+			case !strings.HasPrefix(o, "=== ") && o != "PASS\n":
+				buffered[key] = append(buffered[key], o)
 			}
+		case ev.Action == "build-output":
+			fmt.Fprint(out, ev.Output)
+		case ev.Test == "" && ev.Action == "pass":
+			delete(buffered, key)
 		case ev.Test == "" && ev.Action == "fail":
 			failed = true
+			fmt.Fprint(out, strings.Join(buffered[key], ""))
+			delete(buffered, key)
 		}
 	}
 	if err := sc.Err(); err != nil {
