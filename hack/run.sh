@@ -3,8 +3,10 @@
 # (hack/mongodev) and, unless KUBECONFIG names a cluster, a local control plane (envtest's
 # kube-apiserver and etcd, built once by hack/envtest-bins.sh) with the CRDs, the sample
 # LeaseDefinitions (system layer in lease-system, acme's layers in the namespace acme) and the
-# tenancy admission policy (config/policy); then runs the manager in the foreground, with
-# lease-system as its system namespace. Ctrl-C stops everything.
+# tenancy admission policy (config/policy) and the live API's ClusterRoles; then runs the
+# manager, with lease-system as its system namespace, and prints the lines to paste once it
+# is ready: the admission API answers and the live API is Available (hack/devcluster
+# await). Its log follows. Ctrl-C stops everything.
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
 # that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
@@ -19,8 +21,10 @@ system_ns=${SYSTEM_NAMESPACE:-lease-system}
 export LEASE_SYSTEM_NAMESPACE=$system_ns
 live_port=${LIVE_API_PORT:-8444}
 live_flags=()
+await_flags=()
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+ready_timeout=${READY_TIMEOUT:-2m}
 trap cleanup EXIT INT TERM
 
 wait_for() { # file pattern timeout pid
@@ -33,6 +37,7 @@ wait_for() { # file pattern timeout pid
 }
 
 logs=$(mktemp -d)
+go build -o "$bin/devcluster" ./hack/devcluster
 if [[ -z "${MONGODB_URI:-}" ]]; then
   "$bin/mongodev" --listen 127.0.0.1:0 >"$logs/mongodev.log" 2>&1 &
   pids+=($!)
@@ -45,28 +50,42 @@ export MONGODB_URI
 if [[ -z "${KUBECONFIG:-}" ]]; then
   KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh)
   export KUBEBUILDER_ASSETS
-  go build -o "$bin/devcluster" ./hack/devcluster
   "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples,config/policy \
     --live-api-port "$live_port" --system-namespace "$system_ns" >"$logs/devcluster.log" 2>&1 &
   pids+=($!)
   wait_for "$logs/devcluster.log" "devcluster ready" 120 "${pids[-1]}"
   export KUBECONFIG=$bin/dev.kubeconfig
-  echo "run: local control plane, KUBECONFIG=$KUBECONFIG (config/samples and config/policy applied)"
+  echo "run: local control plane, KUBECONFIG=$KUBECONFIG (config/samples, config/policy and the live API's ClusterRoles applied)"
   # The local control plane routes live.lease.vancetope.io to this manager.
   live_flags=(--live-api-bind-address "127.0.0.1:$live_port")
+  await_flags=(--live --kubeconfig "$KUBECONFIG")
 fi
 
 # A development secret for the operator API, so that kubectl lease can revoke and sweep.
 export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
+# The manager's log goes to a file until it is ready, then follows the lines to paste.
+"$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
+  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel \
+  "${live_flags[@]}" "$@" >"$logs/manager.log" 2>&1 &
+manager=$!
+pids+=("$manager")
+echo "run: starting the manager (log: $logs/manager.log) ..."
+if ! "$bin/devcluster" await --admission "http://$api" --pid "$manager" --timeout "$ready_timeout" "${await_flags[@]}"; then
+  echo "run: the manager is not ready; the end of its log:" >&2
+  tail -n 40 "$logs/manager.log" >&2
+  exit 1
+fi
 cat <<TXT
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
 run: the operator's view, in another shell (the kubeconfig is all it needs):
-     export KUBECONFIG=${KUBECONFIG} LEASE_SYSTEM_NAMESPACE=$system_ns
+     export KUBECONFIG=${KUBECONFIG}
      kubectl get leaseholders -A; kubectl get leasecounters -A
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
-"$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
-  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel "${live_flags[@]}" "$@" &
+tail -n +1 -f --pid "$manager" "$logs/manager.log" &
 pids+=($!)
-wait "${pids[-1]}"
+status=0
+wait "$manager" || status=$?
+wait "${pids[-1]}" 2>/dev/null || true
+exit "$status"

@@ -1,10 +1,15 @@
 // Command devcluster runs a local Kubernetes control plane (envtest's kube-apiserver and
 // etcd, no nodes) for `make run` on a machine without a cluster. It installs the CRDs from
 // config/crd/bases, writes an admin kubeconfig and waits until interrupted. With
-// --live-api-port the aggregation layer is on and the live API (docs/live-api.md) is
-// registered at 127.0.0.1:PORT, where the manager serves it.
+// --live-api-port the aggregation layer is on, the live API (docs/live-api.md) is
+// registered at 127.0.0.1:PORT, where the manager serves it, and its ClusterRoles
+// (config/rbac/live_*_role.yaml) are installed under the names a kustomize install gives
+// them (config/default's namePrefix: lease-operator-live-viewer, ...), so that the README's
+// RoleBindings work here too.
 //
 //	go run ./hack/devcluster --write-kubeconfig bin/dev.kubeconfig
+//
+// `devcluster await` (await.go) waits until a manager started against it is ready.
 //
 // KUBEBUILDER_ASSETS must name the directory with the binaries (hack/envtest-bins.sh).
 package main
@@ -30,12 +35,20 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "await" {
+		if err := runAwait(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "devcluster await:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "devcluster:", err)
 		os.Exit(1)
@@ -48,6 +61,8 @@ func run() error {
 	apply := flag.String("apply", "", "comma-separated directories of manifests to create once the control plane is up, in order (e.g. config/policy,config/samples)")
 	livePort := flag.Int("live-api-port", 0, "register the live API served on 127.0.0.1:PORT (0: no aggregation)")
 	system := flag.String("system-namespace", "lease-system", "namespace of the live API's Service (the manager's system namespace)")
+	rbacDir := flag.String("rbac", filepath.Join("config", "rbac"), "directory of the live API's ClusterRoles (live_*_role.yaml), installed with --live-api-port")
+	install := flag.String("kustomization", filepath.Join("config", "default", "kustomization.yaml"), "the install whose namePrefix the live API's ClusterRoles get")
 	flag.Parse()
 
 	var (
@@ -63,6 +78,9 @@ func run() error {
 		env, cfg = agg.Env, agg.Config
 		if err := aggregatortest.RegisterAPIService(context.Background(), cfg, livev1alpha1.GroupVersion, *system, *livePort); err != nil {
 			return fmt.Errorf("registering the live API: %w", err)
+		}
+		if err := installLiveRoles(cfg, *rbacDir, *install); err != nil {
+			return err
 		}
 	} else {
 		env = &envtest.Environment{CRDDirectoryPaths: []string{*crds}, ErrorIfCRDPathMissing: true}
@@ -183,4 +201,50 @@ func rank(u *unstructured.Unstructured) int {
 		return 0
 	}
 	return 1
+}
+
+// installLiveRoles creates the live API's ClusterRoles of rbacDir named as the install of
+// kustomization names them (its namePrefix), as `kubectl apply -k config/default` would.
+// A cluster without a controller manager does not aggregate them into view and admin:
+// here they are granted only by binding them.
+func installLiveRoles(cfg *rest.Config, rbacDir, kustomization string) error {
+	raw, err := os.ReadFile(kustomization)
+	if err != nil {
+		return fmt.Errorf("reading the name prefix: %w", err)
+	}
+	var k struct {
+		NamePrefix string `json:"namePrefix"`
+	}
+	if err := sigsyaml.Unmarshal(raw, &k); err != nil {
+		return fmt.Errorf("reading the name prefix from %s: %w", kustomization, err)
+	}
+	files, err := filepath.Glob(filepath.Join(rbacDir, "live_*_role.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no live_*_role.yaml in %s", rbacDir)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var u unstructured.Unstructured
+		if err := sigsyaml.Unmarshal(data, &u.Object); err != nil {
+			return fmt.Errorf("decoding %s: %w", f, err)
+		}
+		if u.GetKind() != "ClusterRole" {
+			return fmt.Errorf("%s is a %s, want a ClusterRole", f, u.GetKind())
+		}
+		u.SetName(k.NamePrefix + u.GetName())
+		if err := c.Create(context.Background(), &u); err != nil {
+			return fmt.Errorf("creating ClusterRole %s from %s: %w", u.GetName(), f, err)
+		}
+	}
+	return nil
 }

@@ -181,7 +181,7 @@ func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.C
 		if value == "" {
 			value = "<none>"
 		}
-		p.printf("%-12s %s\n", name+":", value)
+		p.printf("%-12s %s\n", name+":", escapeField(value))
 	}
 	field("Token", h.Token)
 	field("State", stateOf(now, h))
@@ -247,7 +247,7 @@ func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.C
 		p.println("  <none>")
 	}
 	for _, k := range slices.Sorted(maps.Keys(h.Payload)) {
-		p.printf("  %s: %s\n", k, h.Payload[k])
+		p.printf("  %s: %s\n", escapeField(k), escapeField(h.Payload[k]))
 	}
 	return p.done()
 }

@@ -2,8 +2,11 @@ package cli_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -198,4 +201,63 @@ func TestShow(t *testing.T) {
 	t.Run("no token", func(t *testing.T) {
 		mustFail(t, operatorEnv(), args(sd.s, "show"), "accepts 1 arg(s), received 0", "See 'kubectl lease show --help'")
 	})
+}
+
+// unsafeOutput returns the characters in s that act on a terminal: controls other than
+// newline and tab (ESC, BEL, CR, DEL, C1), bidirectional overrides, bytes that are not UTF-8.
+func unsafeOutput(s string) []string {
+	var bad []string
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(s[i:]); size <= 1 {
+				bad = append(bad, fmt.Sprintf("byte %#x at %d", s[i], i))
+			}
+		case r == '\n' || r == '\t':
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			bad = append(bad, fmt.Sprintf("%U at %d", r, i))
+		}
+	}
+	return bad
+}
+
+// A tenant writes the payload, the user ID and the holder reference: printed raw, an escape
+// sequence there would act on the operator's terminal, and a newline would forge a line.
+func TestOutputEscapesWhatTenantsWrote(t *testing.T) {
+	s := newStore(t)
+	req := request("tex2pdf", "acme", "eve\u202egnp.exe", podA, caps(1, 2, 3, 6))
+	req.HolderRef = "job\x1b[2J\x1b[H"
+	req.Payload = map[string]string{
+		"title\x1b]0;pwned\x07": "a\x1b[31mred\x1b[0m\rFake: yes\nForged: line\u009b1m",
+	}
+	h := mustAcquire(t, s.Store, req)
+
+	show := mustRun(t, operatorEnv(), args(s, "show", h.Token)...).stdout
+	list := mustRun(t, operatorEnv(), args(s, "list")...).stdout
+	asJSON := mustRun(t, operatorEnv(), args(s, "show", h.Token, "-o", "json")...).stdout
+	for name, out := range map[string]string{"show": show, "list": list, "show -o json": asJSON} {
+		if bad := unsafeOutput(out); len(bad) > 0 {
+			t.Errorf("%s prints %v raw:\n%q", name, bad, out)
+		}
+	}
+	for _, want := range []string{
+		`User:        eve\u202egnp.exe` + "\n",
+		`Holder ref:  job\x1b[2J\x1b[H` + "\n",
+		`  title\x1b]0;pwned\x07: a\x1b[31mred\x1b[0m\rFake: yes\nForged: line\u009b1m` + "\n",
+	} {
+		if !strings.Contains(show, want) {
+			t.Errorf("show lacks %q:\n%s", want, show)
+		}
+	}
+	if strings.Contains(show, "\nForged:") {
+		t.Errorf("a payload value forged a line of show:\n%s", show)
+	}
+	if rows := tableRows(list); len(rows) != 2 {
+		t.Errorf("list has %d lines, want a header and one row:\n%s", len(rows), list)
+	}
+	// -o json stays JSON that decodes to what the tenant wrote.
+	got := decodeStrict[holderJSON](t, asJSON)
+	if got.User != req.User || got.HolderRef != req.HolderRef || got.Payload["title\x1b]0;pwned\x07"] != req.Payload["title\x1b]0;pwned\x07"] {
+		t.Errorf("show -o json decodes to user %q, holderRef %q, payload %q", got.User, got.HolderRef, got.Payload)
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -56,7 +57,12 @@ type liveClient struct {
 	// contextNamespace is the namespace the kubeconfig's context names, if it names one:
 	// where a user refused cluster-wide reads instead.
 	contextNamespace string
-	system           string
+	// system is the manager's system namespace, where the actions are created, as given by
+	// --system-namespace or $LEASE_SYSTEM_NAMESPACE; empty: found on first use
+	// (systemNamespace).
+	system string
+	// systemFrom says where system came from, for error messages.
+	systemFrom string
 }
 
 // clientConfig loads the kubeconfig: --kubeconfig, else $KUBECONFIG, else ~/.kube/config.
@@ -92,11 +98,13 @@ func (o *options) live() (*liveClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the client for %s: %w", cfg.Host, err)
 	}
-	system := o.systemNamespace
-	if system == "" {
-		system = o.env(EnvSystemNamespace, DefaultSystemNamespace)
+	c := &liveClient{rc: rc, host: cfg.Host, namespace: o.namespace}
+	switch {
+	case o.systemNamespace != "":
+		c.system, c.systemFrom = o.systemNamespace, "--system-namespace"
+	case o.getenv(EnvSystemNamespace) != "":
+		c.system, c.systemFrom = o.getenv(EnvSystemNamespace), "$"+EnvSystemNamespace
 	}
-	c := &liveClient{rc: rc, host: cfg.Host, namespace: o.namespace, system: system}
 	if raw, err := o.clientConfig().RawConfig(); err == nil {
 		name := o.kube.context
 		if name == "" {
@@ -248,13 +256,66 @@ func (c *liveClient) revoke(ctx context.Context, h livev1alpha1.LeaseHolder) (li
 	return gone, nil
 }
 
+// liveAPIService is the name of the live API's APIService.
+var liveAPIService = livev1alpha1.GroupVersion.Version + "." + livev1alpha1.GroupVersion.Group
+
+// systemNamespace returns the manager's system namespace: --system-namespace, else
+// $LEASE_SYSTEM_NAMESPACE, else the namespace of the live API's Service, which the manager
+// serves from its own namespace (the system namespace unless the manager's
+// --system-namespace says otherwise; the server then refuses and names it), else
+// DefaultSystemNamespace. Reading the APIService needs `get apiservices`, which cluster
+// administrators and the live-operator role have.
+func (c *liveClient) systemNamespace(ctx context.Context) string {
+	if c.system != "" {
+		return c.system
+	}
+	var svc struct {
+		Spec struct {
+			Service *struct {
+				Namespace string `json:"namespace"`
+			} `json:"service"`
+		} `json:"spec"`
+	}
+	raw, err := c.rc.Get().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices", liveAPIService).DoRaw(ctx)
+	if err == nil {
+		err = json.Unmarshal(raw, &svc)
+	}
+	switch {
+	case err == nil && svc.Spec.Service != nil && svc.Spec.Service.Namespace != "":
+		c.system = svc.Spec.Service.Namespace
+		c.systemFrom = "the namespace of the live API's Service (APIService " + liveAPIService + ")"
+	case err == nil:
+		c.system = DefaultSystemNamespace
+		c.systemFrom = "the default: neither --system-namespace nor $" + EnvSystemNamespace + " is set, and the APIService " + liveAPIService + " names no Service"
+	default:
+		c.system = DefaultSystemNamespace
+		c.systemFrom = fmt.Sprintf("the default: neither --system-namespace nor $%s is set, and the APIService %s could not be read (%v)",
+			EnvSystemNamespace, liveAPIService, err)
+	}
+	return c.system
+}
+
 // create runs one of the operator's actions in the system namespace.
 func (c *liveClient) create(ctx context.Context, resource string, obj, into runtime.Object) error {
-	err := c.rc.Post().Namespace(c.system).Resource(resource).Body(obj).Do(ctx).Into(into)
-	if err != nil {
-		return c.wrap("creating "+resource+" in "+c.system, err)
+	ns := c.systemNamespace(ctx)
+	err := c.rc.Post().Namespace(ns).Resource(resource).Body(obj).Do(ctx).Into(into)
+	if err == nil {
+		return nil
 	}
-	return nil
+	op := "creating " + resource + " in " + ns
+	if !apierrors.IsForbidden(err) {
+		return c.wrap(op, err)
+	}
+	// Actions go to one namespace: -n does not apply, and "less than every namespace" is
+	// beside the point. Either the namespace is not the manager's system namespace (the
+	// live API refused, and its message names the right one) or RBAC refused.
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && strings.Contains(status.Status().Message, " are created in the system namespace ") {
+		return fmt.Errorf("%s: %w; %s is not the manager's system namespace (it came from %s): pass --system-namespace NAMESPACE or set %s=NAMESPACE to the namespace named above",
+			op, err, ns, c.systemFrom, EnvSystemNamespace)
+	}
+	return fmt.Errorf("%s: %w; RBAC does not let you create %s in namespace %s (the live-operator ClusterRole grants it, docs/live-api.md); %s came from %s: if the manager's system namespace is another, pass --system-namespace or set %s",
+		op, err, resource, ns, ns, c.systemFrom, EnvSystemNamespace)
 }
 
 // holderOf reads a holder object back into the domain type the renderers print.

@@ -94,10 +94,14 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
+// row writes one row; every cell is escaped (escapeField), so that no value can act on the
+// terminal or forge a row or a column.
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
 		if c == "" {
 			cells[i] = "<none>"
+		} else {
+			cells[i] = escapeField(c)
 		}
 	}
 	if t.err == nil {

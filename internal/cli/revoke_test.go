@@ -280,3 +280,47 @@ func TestStoreUnreachable(t *testing.T) {
 		})
 	}
 }
+
+// The actions go to the manager's system namespace. Without --system-namespace or
+// $LEASE_SYSTEM_NAMESPACE the plugin finds it as the namespace of the live API's Service;
+// when it is wrong, or RBAC refuses, the error says which and how to set it, never "try -n".
+func TestActionsFindTheSystemNamespace(t *testing.T) {
+	s := newStore(t)
+	m := newManager(t, s.Store)
+	admin := map[string]string{"KUBECONFIG": live.AdminKubeconfig}
+	operator := map[string]string{"KUBECONFIG": operatorFile}
+
+	for name, env := range map[string]map[string]string{"cluster admin": admin, "live-operator": operator} {
+		t.Run(name, func(t *testing.T) {
+			r := mustRun(t, env, args(s, "reconcile")...)
+			if !strings.Contains(r.stdout, "Reconciled the counters on the manager") {
+				t.Errorf("reconcile output: %q", r.stdout)
+			}
+			mustRun(t, env, args(s, "sweep")...)
+		})
+	}
+	if n := m.sweeper.count(); n != 2 {
+		t.Errorf("%d sweeps ran on the manager, want 2", n)
+	}
+
+	t.Run("a namespace that is not the system namespace", func(t *testing.T) {
+		env := map[string]string{"KUBECONFIG": live.AdminKubeconfig, "LEASE_SYSTEM_NAMESPACE": "acme"}
+		r := mustFail(t, env, args(s, "reconcile"),
+			`reconciles are created in the system namespace "`+systemNS+`" only`,
+			"acme is not the manager's system namespace (it came from $LEASE_SYSTEM_NAMESPACE)",
+			"pass --system-namespace NAMESPACE or set LEASE_SYSTEM_NAMESPACE=NAMESPACE")
+		if strings.Contains(r.stderr, "try -n") {
+			t.Errorf("stderr suggests -n: %q", r.stderr)
+		}
+	})
+	t.Run("a tenant, whom RBAC refuses", func(t *testing.T) {
+		r := mustFail(t, map[string]string{"KUBECONFIG": aliceFile}, args(s, "sweep"),
+			"RBAC does not let you create sweeps in namespace lease-operator-system",
+			"the live-operator ClusterRole grants it",
+			"the APIService v1alpha1.live.lease.vancetope.io could not be read",
+			"pass --system-namespace or set LEASE_SYSTEM_NAMESPACE")
+		if strings.Contains(r.stderr, "try -n") {
+			t.Errorf("stderr suggests -n: %q", r.stderr)
+		}
+	})
+}

@@ -76,6 +76,8 @@ type options struct {
 // Run executes the plugin with args (without the program name) and returns the process's
 // exit code: 0 on success, 1 on any error, whose message goes to streams.ErrOut.
 func Run(ctx context.Context, args []string, streams IOStreams, opts ...Option) int {
+	// The error may quote what tenants wrote (sanitize.go).
+	streams.ErrOut = newTerminalWriter(streams.ErrOut)
 	root := NewRootCommand(streams, opts...)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -99,8 +101,11 @@ type usageError struct {
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-// NewRootCommand returns the `kubectl lease` command tree, writing to streams.
+// NewRootCommand returns the `kubectl lease` command tree, writing to streams. Whatever it
+// writes has the characters that would act on a terminal escaped (sanitize.go).
 func NewRootCommand(streams IOStreams, opts ...Option) *cobra.Command {
+	streams.Out = newTerminalWriter(streams.Out)
+	streams.ErrOut = newTerminalWriter(streams.ErrOut)
 	o := &options{streams: streams, getenv: os.Getenv}
 	for _, opt := range opts {
 		opt(o)

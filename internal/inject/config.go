@@ -25,8 +25,9 @@ const (
 	// AnnotationStoreSecret overrides, for one pod, the name of the Secret (in the pod's
 	// namespace) that holds the store's connection string.
 	AnnotationStoreSecret = "lease.vancetope.io/store-secret"
-	// LabelAgent marks a pod that carries the lease agent; the manager's pod informer may
-	// select on it.
+	// LabelAgent marks a pod that runs the agent the webhook injected; the agents'
+	// PodMonitor selects on it. The webhook sets it only on such pods and removes it from
+	// every other pod it sees (Inject).
 	LabelAgent = "lease.vancetope.io/agent"
 )
 

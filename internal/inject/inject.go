@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vancetope/lease-operator/internal/settings"
@@ -25,9 +26,14 @@ const agentUID int64 = 65532
 //   - the agent as the first init container, a native sidecar (restartPolicy Always), so it
 //     starts before, and stops after, every other container of the pod, init containers
 //     included;
-//   - the label LabelAgent "true";
+//   - the label LabelAgent "true", which the agents' PodMonitor selects on
+//     (config/prometheus), only when the pod runs the agent the webhook builds;
 //   - LEASE_AGENT_URL in every other container that does not set it itself. This is also
 //     what a reinvocation after another webhook added containers fills in.
+//
+// A pod that carries LabelAgent but does not run that agent (no annotation, or a container
+// named AgentContainerName of its author's own making) loses the label: a tenant must not be
+// able to have its pod scraped as a lease agent (docs/observability.md, "Who is scraped").
 //
 // An invalid annotation, or a pod the agent cannot run in (host network, not Linux, a
 // container that declares one of the agent's ports), yields an Invalid API error and leaves
@@ -38,7 +44,7 @@ func Inject(pod *corev1.Pod, cfg Config) (changed bool, err error) {
 		return false, invalid(pod, errs)
 	}
 	if !want {
-		return false, nil
+		return dropAgentLabel(pod), nil
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -55,7 +61,12 @@ func Inject(pod *corev1.Pod, cfg Config) (changed bool, err error) {
 		changed = true
 	}
 
-	if pod.Labels[LabelAgent] != "true" {
+	switch {
+	case !runsInjectedAgent(pod, cfg):
+		if dropAgentLabel(pod) {
+			changed = true
+		}
+	case pod.Labels[LabelAgent] != "true":
 		if pod.Labels == nil {
 			pod.Labels = map[string]string{}
 		}
@@ -139,6 +150,31 @@ func hasContainer(pod *corev1.Pod, name string) bool {
 		}
 	}
 	return false
+}
+
+// runsInjectedAgent reports whether the pod's AgentContainerName container is the agent
+// this webhook injects: a native sidecar running cfg.Image with the agent's command line.
+// Only what decides which program runs is compared, so that the pod still counts as injected
+// when a later webhook or admission plugin has added environment variables or volume mounts
+// to the agent (reinvocation), or when an injected pod's manifest is created again. A copy
+// made by hand of these fields runs the genuine agent, which is what the label promises.
+func runsInjectedAgent(pod *corev1.Pod, cfg Config) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == AgentContainerName {
+			return c.Image == cfg.Image && len(c.Command) == 0 && slices.Equal(c.Args, AgentArgs()) &&
+				c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		}
+	}
+	return false
+}
+
+// dropAgentLabel removes LabelAgent and reports whether the pod had it.
+func dropAgentLabel(pod *corev1.Pod) bool {
+	if _, ok := pod.Labels[LabelAgent]; !ok {
+		return false
+	}
+	delete(pod.Labels, LabelAgent)
+	return true
 }
 
 // ensureAgentURL adds LEASE_AGENT_URL unless the container sets it itself.

@@ -221,12 +221,68 @@ func TestInject(t *testing.T) {
 			cfg: cfg,
 			want: func() *corev1.Pod {
 				p := testPod(inject)
-				p.Labels["lease.vancetope.io/agent"] = "true"
 				p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, urlEnv)
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "lease-agent", Image: "mine:1"})
 				return p
 			}(),
 			wantChanged: true,
+		},
+		"a hand-written lease-agent container does not get the agent label, and loses one set by hand": {
+			pod: func() *corev1.Pod {
+				p := testPod(inject)
+				p.Labels["lease.vancetope.io/agent"] = "true"
+				p.Spec.InitContainers = []corev1.Container{{Name: "lease-agent", Image: "mine:1",
+					RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+				return p
+			}(),
+			cfg: cfg,
+			want: func() *corev1.Pod {
+				p := testPod(inject)
+				p.Spec.InitContainers = []corev1.Container{{Name: "lease-agent", Image: "mine:1",
+					RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+				p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, urlEnv)
+				return p
+			}(),
+			wantChanged: true,
+		},
+		"the agent image with another command line is not the injected agent": {
+			pod: func() *corev1.Pod {
+				p := injected(inject)
+				p.Spec.InitContainers[0].Args = []string{"--metrics-bind-address=:8091"}
+				return p
+			}(),
+			cfg: cfg,
+			want: func() *corev1.Pod {
+				p := injected(inject)
+				p.Spec.InitContainers[0].Args = []string{"--metrics-bind-address=:8091"}
+				delete(p.Labels, "lease.vancetope.io/agent")
+				return p
+			}(),
+			wantChanged: true,
+		},
+		"an injected agent that a later admission plugin gave a volume mount keeps its label": {
+			pod: func() *corev1.Pod {
+				p := injected(inject)
+				p.Spec.InitContainers[0].VolumeMounts = []corev1.VolumeMount{{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}
+				return p
+			}(),
+			cfg: cfg,
+		},
+		"a pod labelled as an agent without asking for one loses the label": {
+			pod: func() *corev1.Pod {
+				p := testPod(nil)
+				p.Labels["lease.vancetope.io/agent"] = "true"
+				return p
+			}(),
+			cfg: cfg, want: testPod(nil), wantChanged: true,
+		},
+		"a pod annotated false loses a hand-set agent label": {
+			pod: func() *corev1.Pod {
+				p := testPod(map[string]string{"lease.vancetope.io/inject": "false"})
+				p.Labels["lease.vancetope.io/agent"] = "yes"
+				return p
+			}(),
+			cfg: cfg, want: testPod(map[string]string{"lease.vancetope.io/inject": "false"}), wantChanged: true,
 		},
 		"invalid annotation value is rejected": {
 			pod: testPod(map[string]string{"lease.vancetope.io/inject": "yes"}), cfg: cfg,

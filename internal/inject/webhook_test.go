@@ -152,6 +152,24 @@ var _ = Describe("Lease agent injection", func() {
 		Entry(`annotation "false"`, map[string]string{inject.AnnotationInject: "false"}),
 	)
 
+	DescribeTable("takes the agent label off pods it did not inject, so that the PodMonitor does not scrape them",
+		func(ctx SpecContext, annotations map[string]string, initContainers []corev1.Container) {
+			pod := newPod(ns, annotations)
+			pod.Labels = map[string]string{inject.LabelAgent: "true", "app": "x"}
+			pod.Spec.InitContainers = initContainers
+			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+
+			got := stored(ctx, pod)
+			Expect(got.Labels).NotTo(HaveKey(inject.LabelAgent))
+			Expect(got.Labels).To(HaveKeyWithValue("app", "x"))
+		},
+		Entry("labelled, no annotation", nil, nil),
+		Entry(`labelled, annotation "false"`, map[string]string{inject.AnnotationInject: "false"}, nil),
+		Entry("labelled, with a lease-agent sidecar of its own", injectTrue, []corev1.Container{{
+			Name: inject.AgentContainerName, Image: "mine:1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		}}),
+	)
+
 	It("does not inject a second agent when the pod is updated or created again from its own manifest", func(ctx SpecContext) {
 		pod := newPod(ns, injectTrue)
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vancetope/lease-operator/internal/inject"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
@@ -86,9 +88,10 @@ type ruleFile struct {
 	Groups []struct {
 		Name  string `json:"name"`
 		Rules []struct {
-			Alert  string `json:"alert"`
-			Record string `json:"record"`
-			Expr   string `json:"expr"`
+			Alert  string            `json:"alert"`
+			Record string            `json:"record"`
+			Expr   string            `json:"expr"`
+			Labels map[string]string `json:"labels"`
 		} `json:"rules"`
 	} `json:"groups"`
 }
@@ -133,6 +136,82 @@ func TestRulesUseRegisteredMetrics(t *testing.T) {
 	}
 	if n < 5 {
 		t.Errorf("%d rules, want the alerts of docs/observability.md", n)
+	}
+}
+
+// selector is a metric name with its label matchers, as written in a rule.
+var selector = regexp.MustCompile(`\b(vance_lease_[a-z0-9_]+)(\{[^}]*\})?`)
+
+// TestCriticalAlertsReadOnlyTheManager: the agents run in tenants' pods (their store URI,
+// their workload), so what they report may page no one; a critical alert reads only series
+// of the manager's job, which no scraped pod can claim (docs/observability.md).
+func TestCriticalAlertsReadOnlyTheManager(t *testing.T) {
+	_, rules := readRules(t)
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Labels["severity"] != "critical" {
+				continue
+			}
+			for _, m := range selector.FindAllStringSubmatch(r.Expr, -1) {
+				if !strings.Contains(m[2], `job="lease-manager"`) {
+					t.Errorf("critical alert %s reads %s without job=\"lease-manager\"", r.Alert, m[0])
+				}
+			}
+		}
+	}
+}
+
+// TestAgentMonitorScrapesOnlyInjectedAgents: the PodMonitor selects the label the webhook
+// sets only on pods it injected, keeps only the port of the injected native sidecar, and
+// names the job itself.
+func TestAgentMonitorScrapesOnlyInjectedAgents(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(promDir, "agent-monitor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type relabel struct {
+		SourceLabels []string `json:"sourceLabels"`
+		Regex        string   `json:"regex"`
+		Action       string   `json:"action"`
+		TargetLabel  string   `json:"targetLabel"`
+		Replacement  string   `json:"replacement"`
+	}
+	var pm struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			Endpoints []struct {
+				Port        string    `json:"port"`
+				HonorLabels bool      `json:"honorLabels"`
+				Relabelings []relabel `json:"relabelings"`
+			} `json:"podMetricsEndpoints"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &pm); err != nil {
+		t.Fatal(err)
+	}
+	if pm.Kind != "PodMonitor" {
+		t.Fatalf("agent-monitor.yaml is a %q, want a PodMonitor", pm.Kind)
+	}
+	if diff := cmp.Diff(map[string]string{inject.LabelAgent: "true"}, pm.Spec.Selector.MatchLabels); diff != "" {
+		t.Errorf("PodMonitor selector (-want +got):\n%s", diff)
+	}
+	if len(pm.Spec.Endpoints) != 1 {
+		t.Fatalf("%d endpoints, want 1", len(pm.Spec.Endpoints))
+	}
+	ep := pm.Spec.Endpoints[0]
+	if ep.Port != inject.AgentInternalPortName || ep.HonorLabels {
+		t.Errorf("endpoint port %q honorLabels %v, want %q and false", ep.Port, ep.HonorLabels, inject.AgentInternalPortName)
+	}
+	want := []relabel{
+		{SourceLabels: []string{"__meta_kubernetes_pod_container_name", "__meta_kubernetes_pod_container_init"},
+			Regex: inject.AgentContainerName + ";true", Action: "keep"},
+		{TargetLabel: "job", Replacement: "lease-agent"},
+	}
+	if diff := cmp.Diff(want, ep.Relabelings); diff != "" {
+		t.Errorf("relabelings (-want +got):\n%s", diff)
 	}
 }
 
