@@ -59,6 +59,8 @@ fi
 # A development secret for the operator API, so that kubectl lease can revoke and sweep.
 export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
 cat <<TXT
+run: DEVELOPMENT SETTING --allow-non-pod-callers: callers that are no pod (this host's curl) may act
+     for any tenant; pods act only for their namespace's tenant (docs/tenancy.md). Deployed managers refuse them.
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
 run: the operator's view, in another shell (the kubeconfig is all it needs):
@@ -67,6 +69,6 @@ run: the operator's view, in another shell (the kubeconfig is all it needs):
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
-  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel "${live_flags[@]}" "$@" &
+  --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --allow-non-pod-callers --zap-devel "${live_flags[@]}" "$@" &
 pids+=($!)
 wait "${pids[-1]}"
