@@ -66,7 +66,7 @@ export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
 # The manager's log goes to a file until it is ready, then follows the lines to paste.
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
   --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel \
-  "${live_flags[@]}" "$@" >"$logs/manager.log" 2>&1 &
+  --allow-non-pod-callers "${live_flags[@]}" "$@" >"$logs/manager.log" 2>&1 &
 manager=$!
 pids+=("$manager")
 echo "run: starting the manager (log: $logs/manager.log) ..."
@@ -76,6 +76,8 @@ if ! "$bin/devcluster" await --admission "http://$api" --pid "$manager" --timeou
   exit 1
 fi
 cat <<TXT
+run: DEVELOPMENT SETTING --allow-non-pod-callers: callers that are no pod (this host's curl) may act
+     for any tenant; pods act only for their namespace's tenant (docs/tenancy.md). Deployed managers refuse them.
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
 run: the operator's view, in another shell (the kubeconfig is all it needs):

@@ -28,6 +28,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // agentFlags are the sidecar's settings.
@@ -128,7 +129,10 @@ func runAgent(args []string) error {
 	wt.startNotifier(ctx, store)
 
 	api := routes(routeHandlers{
-		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)), httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),
+		// The pod's containers act only for the tenant of the pod's namespace.
+		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)),
+			httpapi.WithTenantBinder(tenancy.Binder{Map: tenants, NonPod: tenancy.NonPodRefused}.Bind),
+			httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),
 	})
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
 	internal := routes(routeHandlers{revoked: newReceiver(self, registry,

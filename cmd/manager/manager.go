@@ -37,6 +37,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // managerFlags are the manager's settings.
@@ -51,6 +52,7 @@ type managerFlags struct {
 	namespaces      string
 	reapInterval    time.Duration
 	reconcileSafety time.Duration
+	allowNonPod     bool
 	agentImage      string
 	agentSecret     string
 	agentManagerURL string
@@ -72,6 +74,8 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.apiAddr, "api-bind-address", ":8082", "Address of the admission HTTP API (/v1/leases) and the internal revocation endpoint.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader for the status controller (every replica serves the API, sweeps and dispatches).")
 	fs.StringVar(&f.namespaces, "namespaces", "", "Comma-separated namespaces to watch for LeaseDefinitions and pods; empty watches all.")
+	fs.BoolVar(&f.allowNonPod, "allow-non-pod-callers", false,
+		"DEVELOPMENT ONLY: let callers of the admission API that are no pod (a curl on the host) act for any tenant they name. Off, they are refused with 403 TENANT_FORBIDDEN; pods always act only for the tenant of their namespace (docs/tenancy.md).")
 	fs.DurationVar(&f.reapInterval, "reap-interval", 30*time.Second, "Interval of the scheduled sweep: idle reap, pod-dead reap, reconcile.")
 	fs.DurationVar(&f.reconcileSafety, "reconcile-safety", leasestore.DefaultSafetyMargin, "Reconcile corrects only counters unchanged for this long.")
 	fs.StringVar(&f.agentImage, "agent-image", "", "Image of the injected lease agent (normally the manager's own); empty disables the injection webhook.")
@@ -126,7 +130,7 @@ func runManager(args []string) error {
 		return err
 	}
 	rev.watcher.OnPodGone(wt.dropReservations(ctx, store))
-	if err := setupAPIServer(ctx, mgr, f, store, resolver, rev, wt); err != nil {
+	if err := setupAPIServer(ctx, mgr, f, store, resolver, tenants, rev, wt); err != nil {
 		return err
 	}
 	if err := setupLiveAPI(mgr, f.live, liveapi.Deps{
@@ -227,13 +231,15 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 
 // setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver, the agents' sweep relay
 // and the operator API on --api-bind-address.
-func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver, rev revocationParts, wt waiting) error {
+func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver,
+	tenants tenancy.Map, rev revocationParts, wt waiting) error {
 	svc := leasing.NewService(store, resolver, rev.registry, append(wt.serviceOptions(),
 		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
 	wt.startNotifier(ctx, store)
 	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
 	mux := routes(routeHandlers{
-		api:     httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
+		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithTenantBinder(managerBinder(tenants, f.allowNonPod)),
+			httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
 		revoked: newReceiver(rev.self, rev.registry, agentlink.AgentKey(f.store.secret, rev.self.Namespace), store),
 		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 		// manager's dispatch matrix (an agent watches no pods).
@@ -245,6 +251,18 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 		return fmt.Errorf("adding the admission API: %w", err)
 	}
 	return nil
+}
+
+// managerBinder binds each acquisition to its calling pod's tenant; a caller that is no pod
+// is refused unless the development setting --allow-non-pod-callers is on, which is logged
+// loudly (docs/tenancy.md, "Who may acquire for a tenant").
+func managerBinder(tenants tenancy.Map, allowNonPod bool) httpapi.TenantBinder {
+	policy := tenancy.NonPodRefused
+	if allowNonPod {
+		policy = tenancy.NonPodAnyTenant
+		ctrl.Log.WithName("setup").Info("DEVELOPMENT SETTING --allow-non-pod-callers: callers that are no pod may act for any tenant")
+	}
+	return tenancy.Binder{Map: tenants, NonPod: policy}.Bind
 }
 
 // setupWebhooks registers the sidecar injection webhook when an agent image is configured.

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"strings"
 	"testing"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 func TestTenancyFlagsCheck(t *testing.T) {
@@ -35,5 +40,34 @@ func TestAgentTenancyRefusesADefaultsDir(t *testing.T) {
 	}
 	if _, err := agentTenancy(flags, nil, "/etc/lease/defaults"); err == nil || !strings.Contains(err.Error(), "--builtin-configmap") {
 		t.Errorf("agentTenancy() with --defaults-dir = %v, want an error pointing to --builtin-configmap", err)
+	}
+}
+
+// The manager refuses callers that are no pod unless the development flag is given: the
+// deployed manifests (config/manager) do not give it.
+func TestManagerBinderNonPodCallers(t *testing.T) {
+	tenants := tenancy.Static{System: "lease-system", Tenants: map[string]string{"acme": "acme"}}
+	host := tenancy.Caller{Addr: "10.0.0.9"}
+	for _, tc := range []struct {
+		args    []string
+		wantErr bool
+	}{
+		{args: nil, wantErr: true},
+		{args: []string{"--allow-non-pod-callers"}, wantErr: false},
+	} {
+		var f managerFlags
+		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+		f.bind(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := managerBinder(tenants, f.allowNonPod)(host, "acme")
+		if got := errors.Is(err, lease.ErrTenantForbidden); got != tc.wantErr {
+			t.Errorf("args %v: non-pod caller for acme = %v, want refused %v", tc.args, err, tc.wantErr)
+		}
+		// A pod is bound either way.
+		if _, err := managerBinder(tenants, f.allowNonPod)(tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "globex"); !errors.Is(err, lease.ErrTenantForbidden) {
+			t.Errorf("args %v: acme pod for globex = %v, want TENANT_FORBIDDEN", tc.args, err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // PathPrefix is where the admission API is mounted: every route of NewHandler but
@@ -36,12 +37,23 @@ const (
 // error 400 INVALID_REQUEST with field "pod". A zero PodRef means "no pod".
 type PodIdentity func(*http.Request) (lease.PodRef, error)
 
+// TenantBinder decides which tenant a request acts for from its caller (the pod PodIdentity
+// found, zero for no pod; addr the source address) and the tenant the body named, empty when
+// it named none. An error satisfying lease.ErrTenantForbidden is answered 403, one satisfying
+// lease.ErrUnavailable 503; nothing is written for either (docs/tenancy.md, "Who may acquire
+// for a tenant"). tenancy.Binder.Bind is the implementation.
+type TenantBinder func(caller tenancy.Caller, requested string) (string, error)
+
 // Option configures the handler.
 type Option func(*handler)
 
 // WithPodIdentity sets how the holder's pod is determined. Without it holders have no pod:
 // only the idle reap applies to them.
 func WithPodIdentity(f PodIdentity) Option { return func(h *handler) { h.identity = f } }
+
+// WithTenantBinder binds every acquisition to the tenant its caller may act for. Without it
+// the tenant is whatever the body names (tests of the library only: both servers set it).
+func WithTenantBinder(b TenantBinder) Option { return func(h *handler) { h.binder = b } }
 
 // WithEvents serves GET /v1/leases/{token}/events, a long-poll on the hub. Without it the
 // route is not served.
@@ -58,6 +70,7 @@ func WithMaxBodyBytes(n int64) Option { return func(h *handler) { h.maxBody = n 
 type handler struct {
 	svc      *leasing.Service
 	identity PodIdentity
+	binder   TenantBinder
 	hub      *notify.Hub
 	maxBody  int64
 	maxWait  *time.Duration
@@ -114,6 +127,14 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		req.Pod = pod
+	}
+	if h.binder != nil {
+		tenant, err := h.binder(tenancy.Caller{Pod: req.Pod, Addr: remoteHost(r)}, req.Tenant)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		req.Tenant = tenant
 	}
 	lease, err := h.svc.Acquire(r.Context(), req)
 	if err != nil {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 
@@ -36,4 +37,13 @@ func identityFrom(getenv func(string) string) (lease.PodRef, error) {
 // StaticPodIdentity identifies every caller as pod: the agent serves only its own pod.
 func StaticPodIdentity(pod lease.PodRef) PodIdentity {
 	return func(*http.Request) (lease.PodRef, error) { return pod, nil }
+}
+
+// remoteHost is the source address of r without its port.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

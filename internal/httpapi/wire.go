@@ -19,7 +19,7 @@ type acquireBody struct {
 	Type      string                 `json:"type"`
 	Lease     string                 `json:"lease,omitempty"`
 	Inline    *definition.InlineSpec `json:"inline,omitempty"`
-	Tenant    string                 `json:"tenant"`
+	Tenant    string                 `json:"tenant,omitempty"`
 	Project   string                 `json:"project"`
 	User      string                 `json:"user,omitempty"`
 	HolderRef string                 `json:"holderRef,omitempty"`
@@ -99,8 +99,9 @@ func (h *handler) decode(w http.ResponseWriter, r *http.Request, dst any) error 
 // writeError answers err with its status and JSON error body.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var (
-		inv  *lease.InvalidError
-		busy *lease.BusyError
+		inv       *lease.InvalidError
+		busy      *lease.BusyError
+		forbidden *lease.TenantForbiddenError
 	)
 	switch {
 	case errors.As(err, &inv):
@@ -110,6 +111,9 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		httpjson.Write(w, http.StatusConflict, httpjson.ErrorBody{Error: httpjson.CodeBusy, Message: err.Error(),
 			Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
 			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited})
+	case errors.As(err, &forbidden):
+		httpjson.Write(w, http.StatusForbidden, httpjson.ErrorBody{Error: httpjson.CodeTenantForbidden, Message: err.Error(),
+			CallerNamespace: forbidden.Pod.Namespace, CallerTenant: forbidden.NamespaceTenant})
 	case errors.Is(err, lease.ErrLost):
 		httpjson.Write(w, http.StatusGone, httpjson.ErrorBody{Error: httpjson.CodeLost, Message: err.Error()})
 	default:

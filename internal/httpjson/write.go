@@ -12,6 +12,9 @@ const (
 	CodeBusy        = "LEASE_BUSY"
 	CodeLost        = "LEASE_LOST"
 	CodeUnavailable = "LEASE_UNAVAILABLE"
+	// CodeTenantForbidden: the caller may not act for the tenant it named (a pod acts only for
+	// the tenant of its namespace); nothing was written.
+	CodeTenantForbidden = "TENANT_FORBIDDEN"
 	// CodeUnauthorized: a missing or wrong shared secret.
 	CodeUnauthorized = "UNAUTHORIZED"
 	// CodeNotFound: the named object does not exist.
@@ -38,6 +41,10 @@ type ErrorBody struct {
 	Count    *int   `json:"count,omitempty"`
 	Cap      *int   `json:"cap,omitempty"`
 	WaitedMs *int64 `json:"waitedMs,omitempty"`
+	// The refusal's diagnosis (TENANT_FORBIDDEN): the calling pod's namespace (empty for a
+	// caller that is no pod) and the tenant that namespace speaks for (empty when unlabelled).
+	CallerNamespace string `json:"callerNamespace,omitempty"`
+	CallerTenant    string `json:"callerTenant,omitempty"`
 	// Result is what an operator action did before a failure, in the route's success shape.
 	Result any `json:"result,omitempty"`
 }

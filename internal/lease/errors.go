@@ -21,6 +21,10 @@ var (
 	// ErrInvalid: the request is malformed and nothing was written; the error is an
 	// *InvalidError naming the field.
 	ErrInvalid = errors.New("INVALID_REQUEST")
+	// ErrTenantForbidden: the caller may not act for the tenant it named (a pod speaks only
+	// for the tenant of its own namespace) and nothing was written; the error is a
+	// *TenantForbiddenError.
+	ErrTenantForbidden = errors.New("TENANT_FORBIDDEN")
 )
 
 // BusyError is LEASE_BUSY with its diagnosis: the first level, narrow to wide, that was full.
@@ -95,6 +99,44 @@ func (e *InvalidError) Error() string { return e.Field + ": " + e.Detail }
 
 // Is makes errors.Is(err, ErrInvalid) hold.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// TenantForbiddenError is TENANT_FORBIDDEN: who the caller is and which tenant, if any, it
+// speaks for (docs/tenancy.md, "Who may acquire for a tenant").
+type TenantForbiddenError struct {
+	// Pod is the calling pod; zero when the caller is no pod.
+	Pod PodRef
+	// Addr is the caller's source address, set when the caller is no pod.
+	Addr string
+	// NamespaceTenant is the tenant of the pod's namespace; empty when the namespace carries
+	// no tenant label.
+	NamespaceTenant string
+	// Label is the namespace label that names a namespace's tenant.
+	Label string
+	// Requested is the tenant the request named; empty when it named none.
+	Requested string
+}
+
+// Error says where the caller is and what it may speak for.
+func (e *TenantForbiddenError) Error() string {
+	asked := "a tenant"
+	if e.Requested != "" {
+		asked = fmt.Sprintf("tenant %q", Clip(e.Requested, 64))
+	}
+	switch {
+	case e.Pod.Name == "":
+		return fmt.Sprintf("%s: the caller %s is no running pod this server can see; callers that are not pods are refused here (a pod acts for the tenant of its namespace)",
+			ErrTenantForbidden, Clip(e.Addr, 64))
+	case e.NamespaceTenant == "":
+		return fmt.Sprintf("%s: the calling pod %s is in namespace %q, which has no %s label and so speaks for no tenant; it may not act for %s",
+			ErrTenantForbidden, e.Pod, e.Pod.Namespace, e.Label, asked)
+	default:
+		return fmt.Sprintf("%s: the calling pod %s is in namespace %q, which speaks for tenant %q (label %s); it may not act for %s",
+			ErrTenantForbidden, e.Pod, e.Pod.Namespace, e.NamespaceTenant, e.Label, asked)
+	}
+}
+
+// Is makes errors.Is(err, ErrTenantForbidden) hold.
+func (e *TenantForbiddenError) Is(target error) bool { return target == ErrTenantForbidden }
 
 // Invalid builds an *InvalidError with a formatted detail.
 func Invalid(field, format string, args ...any) error {

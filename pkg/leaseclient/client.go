@@ -131,8 +131,9 @@ type Request struct {
 	Lease string
 	// Inline is a definition carried by the request (project-private counter).
 	Inline *Inline
-	// Tenant and Project are required; User is required when the definition caps the user
-	// level.
+	// Tenant is the tenant to act for; leave it empty to act for the tenant of the calling
+	// pod's namespace, the only one a pod may name (TENANT_FORBIDDEN otherwise). Project is
+	// required; User is required when the definition caps the user level.
 	Tenant, Project, User string
 	// HolderRef is the consumer's own reference (job, process, session), shown to operators.
 	HolderRef string
@@ -276,6 +277,8 @@ func answerError(op string, status int, raw []byte) error {
 		switch status {
 		case http.StatusBadRequest:
 			code = CodeInvalid
+		case http.StatusForbidden:
+			code = CodeTenantForbidden
 		case http.StatusConflict:
 			code = CodeBusy
 		case http.StatusGone:
@@ -290,6 +293,8 @@ func answerError(op string, status int, raw []byte) error {
 			Waited: time.Duration(b.WaitedMs) * time.Millisecond, Message: b.Message}
 	case CodeLost:
 		return &LostError{Op: op, Message: b.Message}
+	case CodeTenantForbidden:
+		return &TenantForbiddenError{Namespace: b.CallerNamespace, NamespaceTenant: b.CallerTenant, Message: b.Message}
 	default:
 		return &UnavailableError{Op: op, Status: status, Message: b.Message}
 	}

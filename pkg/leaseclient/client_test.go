@@ -121,7 +121,7 @@ func TestInvalid(t *testing.T) {
 		req   leaseclient.Request
 		field string
 	}{
-		"bad tenant":          {leaseclient.Request{Type: "tex", Lease: "solo", Tenant: "ac/me", Project: "p1"}, "tenant"},
+		"bad project":         {leaseclient.Request{Type: "tex", Lease: "solo", Tenant: "acme", Project: "p/1"}, "project"},
 		"unknown type":        {leaseclient.Request{Type: "pdf", Lease: "solo", Tenant: "acme", Project: "p1"}, "type"},
 		"user level, no user": {leaseclient.Request{Type: "mcp", Lease: "seat", Tenant: "acme", Project: "p1"}, "user"},
 		"bad payload key":     {leaseclient.Request{Type: "tex", Lease: "solo", Tenant: "acme", Project: "p1", Payload: map[string]string{"$x": "1"}}, "payload"},
@@ -157,6 +157,30 @@ func TestInvalid(t *testing.T) {
 	if err := l.UpdatePayload(ctx(t), map[string]string{"a.b": "x"}); !errors.As(err, &inv) || inv.Field != "payload" {
 		t.Errorf("bad payload update = %v, want an *InvalidError naming payload", err)
 	}
+}
+
+func TestTenantForbidden(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	_, err := e.client.Acquire(ctx(t), leaseclient.Request{Type: "tex", Lease: "solo", Tenant: "globex", Project: "p1"})
+	var tf *leaseclient.TenantForbiddenError
+	if !errors.Is(err, leaseclient.ErrTenantForbidden) || !errors.As(err, &tf) {
+		t.Fatalf("acquire for another tenant = %v, want a *TenantForbiddenError", err)
+	}
+	if tf.Namespace != "apps" || tf.NamespaceTenant != "acme" || !strings.Contains(tf.Message, `"globex"`) {
+		t.Errorf("refusal = %+v, want namespace apps speaking for acme, naming globex", tf)
+	}
+	if hs := e.holders(t); len(hs) != 0 {
+		t.Errorf("a refused request left holders: %+v", hs)
+	}
+	// Without a tenant the server takes the pod's.
+	l, err := e.client.Acquire(ctx(t), leaseclient.Request{Type: "tex", Lease: "solo", Project: "p1"})
+	if err != nil {
+		t.Fatalf("acquire without a tenant = %v", err)
+	}
+	if hs := e.holders(t); len(hs) != 1 || hs[0].Tenant != "acme" {
+		t.Errorf("holders = %+v, want one of tenant acme", hs)
+	}
+	_ = l.Release(ctx(t))
 }
 
 func TestInlineDefinition(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 )
 
 // The outcomes of the admission API, checked with errors.Is. Each is carried by one typed
-// error (BusyError, UnavailableError, LostError, InvalidError) that can be read with
+// error (BusyError, UnavailableError, LostError, InvalidError, TenantForbiddenError) that can be read with
 // errors.As. The codes are the "error" field of the API's error body.
 var (
 	// ErrBusy: a level was full after the wait; the error is a *BusyError.
@@ -21,6 +21,9 @@ var (
 	// ErrInvalid: the request was refused as malformed and nothing was written; the error
 	// is an *InvalidError naming the field.
 	ErrInvalid = errors.New(CodeInvalid)
+	// ErrTenantForbidden: the caller may not act for the tenant it named (a pod acts only for
+	// the tenant of its namespace); nothing was written. The error is a *TenantForbiddenError.
+	ErrTenantForbidden = errors.New(CodeTenantForbidden)
 )
 
 // Error codes of the API's error body.
@@ -29,6 +32,8 @@ const (
 	CodeBusy        = "LEASE_BUSY"
 	CodeLost        = "LEASE_LOST"
 	CodeUnavailable = "LEASE_UNAVAILABLE"
+
+	CodeTenantForbidden = "TENANT_FORBIDDEN"
 )
 
 // BusyError is LEASE_BUSY with the diagnosis the server sent: the first level, narrow to
@@ -101,6 +106,23 @@ func (e *InvalidError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalid) hold.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// TenantForbiddenError is TENANT_FORBIDDEN: the calling pod is in Namespace, which speaks for
+// NamespaceTenant (empty when the namespace has no tenant label, and both empty when the
+// caller is no pod). Omit Request.Tenant to act for the namespace's tenant.
+type TenantForbiddenError struct {
+	Namespace       string
+	NamespaceTenant string
+	// Message is the server's text.
+	Message string
+}
+
+func (e *TenantForbiddenError) Error() string {
+	return fmt.Sprintf("tenant forbidden: %s", e.Message)
+}
+
+// Is makes errors.Is(err, ErrTenantForbidden) hold.
+func (e *TenantForbiddenError) Is(target error) bool { return target == ErrTenantForbidden }
 
 // LostError is LEASE_LOST: the lease was released, reaped or revoked. Op is the call that
 // found it lost ("check", "payload"), Message the server's text.

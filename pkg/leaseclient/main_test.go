@@ -17,6 +17,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/openapitest"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
@@ -41,6 +42,9 @@ var definitions = fstest.MapFS{
 }
 
 var testPod = lease.PodRef{Namespace: "apps", Name: "worker-0", UID: "uid-0"}
+
+// testTenants maps testPod's namespace to tenant acme, as the servers bind callers.
+var testTenants = tenancy.Static{System: "lease-system", Tenants: map[string]string{"apps": "acme"}}
 
 type env struct {
 	store  *leasestore.Store
@@ -78,7 +82,8 @@ func newEnv(t *testing.T, o envOpts, clientOpts ...leaseclient.Option) *env {
 	// Every exchange is also checked against the OpenAPI document: the client sends only
 	// what the document allows.
 	h := openapitest.Conformance(t, httpapi.NewHandler(svc, httpapi.WithEvents(hub),
-		httpapi.WithPodIdentity(httpapi.StaticPodIdentity(testPod))))
+		httpapi.WithPodIdentity(httpapi.StaticPodIdentity(testPod)),
+		httpapi.WithTenantBinder(tenancy.Binder{Map: testTenants}.Bind)))
 	if o.wrap != nil {
 		h = o.wrap(h)
 	}

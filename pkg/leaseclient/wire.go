@@ -11,7 +11,7 @@ type acquireBody struct {
 	Type      string            `json:"type"`
 	Lease     string            `json:"lease,omitempty"`
 	Inline    *Inline           `json:"inline,omitempty"`
-	Tenant    string            `json:"tenant"`
+	Tenant    string            `json:"tenant,omitempty"`
 	Project   string            `json:"project"`
 	User      string            `json:"user,omitempty"`
 	HolderRef string            `json:"holderRef,omitempty"`
@@ -54,6 +54,9 @@ type errorBody struct {
 	Count    int    `json:"count"`
 	Cap      int    `json:"cap"`
 	WaitedMs int64  `json:"waitedMs"`
+
+	CallerNamespace string `json:"callerNamespace"`
+	CallerTenant    string `json:"callerTenant"`
 }
 
 // Event is a revocation notice from GET /v1/leases/{token}/events: the lease was reaped

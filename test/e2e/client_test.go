@@ -76,6 +76,9 @@ type apiError struct {
 	Count    *int   `json:"count"`
 	Cap      *int   `json:"cap"`
 	WaitedMs *int64 `json:"waitedMs"`
+	// CallerNamespace and CallerTenant explain a TENANT_FORBIDDEN.
+	CallerNamespace string `json:"callerNamespace"`
+	CallerTenant    string `json:"callerTenant"`
 }
 
 // response is one HTTP answer.

@@ -26,13 +26,23 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/settings"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
 const (
-	// namespace holds the app pod.
-	namespace = "default"
+	// namespace holds the app pod app-0; it is tenant's (labelled by config/samples), and
+	// every spec that acquires through agentAPI or managerAPI does so as tenant, in a project
+	// of its own. A pod acts only for its namespace's tenant (docs/tenancy.md).
+	namespace = "acme"
+	tenant    = "acme"
+	// otherNamespace holds the second tenant's pod, otherPodName at otherPodIP, with an agent
+	// of its own: the suite's two labelled namespaces.
+	otherNamespace = "globex"
+	otherTenant    = "globex"
+	otherPodName   = "app-0"
+	otherPodIP     = "127.0.0.4"
 	// systemNamespace is the manager's --system-namespace, as under make run; the samples put
 	// the system layer there (config/samples/namespaces.yaml).
 	systemNamespace = "lease-system"
@@ -41,7 +51,8 @@ const (
 	builtinConfigMap = "builtin-definitions"
 	builtinOnlyLease = "e2ebuiltin"
 	// appPodName is the pod the agent runs in; it carries podIP 127.0.0.1, so the manager
-	// attributes the suite's own calls (source 127.0.0.1) to it as well.
+	// attributes the suite's own calls (source 127.0.0.1) to it as well: the manager runs
+	// without --allow-non-pod-callers, as deployed.
 	appPodName = "app-0"
 	appPodIP   = "127.0.0.1"
 	// adminSecret is the bearer secret of the manager's operator API.
@@ -62,6 +73,8 @@ var (
 
 	managerProc *process
 	agentProc   *process
+	// otherAgentProc is the agent of otherNamespace's pod.
+	otherAgentProc *process
 	// bareAgentProc is an agent configured with a built-in ConfigMap that does not exist.
 	bareAgentProc *process
 
@@ -72,7 +85,18 @@ var (
 	agentAPI   *apiClient
 	// bareAgentAPI calls bareAgentProc.
 	bareAgentAPI *apiClient
-	metricsURL   string
+	// otherAgentAPI is the other tenant's agent; otherManagerAPI calls the manager from
+	// otherPodIP, as that tenant's pod.
+	otherAgentAPI   *apiClient
+	otherManagerAPI *apiClient
+	// managerBin is the built binary, mongoURI and database the store, for the processes that
+	// specs start of their own.
+	managerBin string
+	mongoURI   string
+	database   string
+	// managerInternalPort is the managers' --agent-internal-port, app-0's agent's.
+	managerInternalPort int
+	metricsURL          string
 	// kubeconfigPath is a cluster administrator's kubeconfig, for the kubectl binary.
 	kubeconfigPath string
 	// sampleKeys are the LeaseDefinitions applied from config/samples.
@@ -81,6 +105,8 @@ var (
 	agentMetricsURL string
 	// appPod is the agent's identity (and the pod the manager sees at 127.0.0.1).
 	appPod lease.PodRef
+	// otherPod is the other agent's identity (and the pod the manager sees at otherPodIP).
+	otherPod lease.PodRef
 )
 
 func TestE2E(t *testing.T) {
@@ -142,18 +168,23 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		Data: map[string]string{builtinOnlyLease + ".yaml": "name: " + builtinOnlyLease + "\nresource: e2e-pool\n" +
 			"levels: {global: 4, tenant: 2, user: 1}\nttlSeconds: 90\nwaitMs: 0\n"},
 	})).To(Succeed())
-	appPod = createRunningPod(ctx, appPodName, appPodIP)
+	appPod = createRunningPod(ctx, namespace, appPodName, appPodIP)
+	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: otherNamespace, Labels: map[string]string{tenancy.TenantLabel: otherTenant}}})).To(Succeed())
+	otherPod = createRunningPod(ctx, otherNamespace, otherPodName, otherPodIP)
 
 	mongo := <-started
 	Expect(mongo.err).NotTo(HaveOccurred(), "test MongoDB")
-	database := mongotest.DatabaseName(suiteT)
+	mongoURI = mongo.value
+	database = mongotest.DatabaseName(suiteT)
 	store, err = leasestore.Connect(mongo.value, database)
 	Expect(err).NotTo(HaveOccurred())
 
 	bin := <-built
 	Expect(bin.err).NotTo(HaveOccurred(), "building the manager")
+	managerBin = bin.value
 
-	ports, err := freePorts(7)
+	ports, err := freePorts(9)
 	Expect(err).NotTo(HaveOccurred())
 	local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	managerAddr = local(ports[0])
@@ -161,50 +192,27 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	agentInternalPort := ports[4]
 	agentInternalAddr := local(agentInternalPort)
 	bareAgentAPIAddr, bareAgentInternalAddr := local(ports[5]), local(ports[6])
+	otherAgentAPIAddr, otherAgentInternalAddr := local(ports[7]), local(ports[8])
 
-	managerProc, err = startProcess("manager", workDir, bin.value, []string{
-		"--api-bind-address", managerAddr,
-		"--metrics-bind-address", metricsAddr,
-		"--health-probe-bind-address", probeAddr,
-		"--reap-interval", "1h",
-		"--admin-secret", adminSecret,
-		"--agent-internal-port", strconv.Itoa(agentInternalPort),
-		"--mongodb-uri", mongo.value,
-		"--mongodb-database", database,
-		"--system-namespace", systemNamespace,
-		"--builtin-configmap", builtinConfigMap,
-	}, childEnv("KUBECONFIG="+kubeconfigPath, "LEASE_INTERNAL_SECRET="+internalSecret))
-	Expect(err).NotTo(HaveOccurred())
+	managerInternalPort = agentInternalPort
+	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr)
 
-	// The agent as the webhook injects it: store, identity, the manager's URL (for its lazy
-	// idle sweeps) and the manager's tenancy (system namespace, built-in ConfigMap) from the
-	// environment.
-	startAgent := func(name, apiAddr, internalAddr, configMap string) *process {
-		GinkgoHelper()
-		p, err := startProcess(name, workDir, bin.value, []string{
-			"agent",
-			"--api-bind-address", apiAddr,
-			"--internal-bind-address", internalAddr,
-		}, childEnv("KUBECONFIG="+kubeconfigPath,
-			"MONGODB_URI="+mongo.value, "MONGODB_DATABASE="+database,
-			"POD_NAMESPACE="+appPod.Namespace, "POD_NAME="+appPod.Name, "POD_UID="+appPod.UID,
-			"LEASE_MANAGER_URL=http://"+managerAddr, "LEASE_INTERNAL_SECRET="+internalSecret,
-			settings.EnvSystemNamespace+"="+systemNamespace, settings.EnvBuiltinConfigMap+"="+configMap))
-		Expect(err).NotTo(HaveOccurred())
-		return p
-	}
-	agentProc = startAgent("agent", agentAPIAddr, agentInternalAddr, builtinConfigMap)
-	bareAgentProc = startAgent("bare-agent", bareAgentAPIAddr, bareAgentInternalAddr, "no-such-configmap")
+	agentProc = startAgent("agent", appPod, agentAPIAddr, agentInternalAddr, builtinConfigMap)
+	bareAgentProc = startAgent("bare-agent", appPod, bareAgentAPIAddr, bareAgentInternalAddr, "no-such-configmap")
+	otherAgentProc = startAgent("other-agent", otherPod, otherAgentAPIAddr, otherAgentInternalAddr, builtinConfigMap)
 
 	launched := time.Now()
 	waitReady(managerProc, "http://"+probeAddr+"/readyz")
 	waitReady(agentProc, "http://"+agentInternalAddr+"/readyz")
 	waitReady(bareAgentProc, "http://"+bareAgentInternalAddr+"/readyz")
+	waitReady(otherAgentProc, "http://"+otherAgentInternalAddr+"/readyz")
 	GinkgoWriter.Printf("e2e: manager and agent ready %v after their start\n", time.Since(launched).Round(time.Millisecond))
 
 	managerAPI = newAPIClient("manager", managerAddr, "")
 	agentAPI = newAPIClient("agent", agentAPIAddr, "")
 	bareAgentAPI = newAPIClient("bare-agent", bareAgentAPIAddr, "")
+	otherAgentAPI = newAPIClient("other-agent", otherAgentAPIAddr, "")
+	otherManagerAPI = newAPIClient("manager (from "+otherNamespace+"/"+otherPodName+")", managerAddr, otherPodIP)
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	agentMetricsURL = "http://" + agentInternalAddr + "/metrics"
 }, NodeTimeout(8*time.Minute))
@@ -213,6 +221,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 	// Everything is stopped before anything is asserted. The processes go first: they would
 	// log errors once the store and the API server are gone.
 	bareAgentErr := bareAgentProc.stop()
+	otherAgentErr := otherAgentProc.stop()
 	agentErr := agentProc.stop()
 	managerErr := managerProc.stop()
 	if store != nil {
@@ -226,6 +235,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 	mongotest.Stop()
 	Expect(agentErr).NotTo(HaveOccurred(), "the agent should run until the end of the suite")
 	Expect(bareAgentErr).NotTo(HaveOccurred(), "the agent without its ConfigMap should run until the end of the suite")
+	Expect(otherAgentErr).NotTo(HaveOccurred(), "the other tenant's agent should run until the end of the suite")
 	Expect(managerErr).NotTo(HaveOccurred(), "the manager should run until the end of the suite")
 	Expect(envErr).NotTo(HaveOccurred(), "stopping the control plane")
 }, NodeTimeout(2*time.Minute))
@@ -235,7 +245,7 @@ var _ = AfterEach(func() {
 	if !CurrentSpecReport().Failed() {
 		return
 	}
-	for _, p := range []*process{managerProc, agentProc, bareAgentProc} {
+	for _, p := range []*process{managerProc, agentProc, bareAgentProc, otherAgentProc} {
 		if p != nil {
 			GinkgoWriter.Printf("\n---- %s\n", p.describe())
 		}
@@ -332,13 +342,50 @@ func applySamples(ctx context.Context, dir string) {
 	Expect(sampleKeys).NotTo(BeEmpty(), "no samples in %s", dir)
 }
 
-// createRunningPod creates a pod and reports it Running at ip through the status
+// startManager starts a manager as the suite runs it, with extra flags.
+func startManager(name, apiAddr, metricsAddr, probeAddr string, extra ...string) *process {
+	GinkgoHelper()
+	p, err := startProcess(name, workDir, managerBin, append([]string{
+		"--api-bind-address", apiAddr,
+		"--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", probeAddr,
+		"--reap-interval", "1h",
+		"--admin-secret", adminSecret,
+		"--agent-internal-port", strconv.Itoa(managerInternalPort),
+		"--mongodb-uri", mongoURI,
+		"--mongodb-database", database,
+		"--system-namespace", systemNamespace,
+		"--builtin-configmap", builtinConfigMap,
+	}, extra...), childEnv("KUBECONFIG="+kubeconfigPath, "LEASE_INTERNAL_SECRET="+internalSecret))
+	Expect(err).NotTo(HaveOccurred())
+	return p
+}
+
+// startAgent starts an agent as the webhook injects it into pod: store, identity, the
+// manager's URL (for its lazy idle sweeps) and the manager's tenancy (system namespace,
+// built-in ConfigMap) from the environment.
+func startAgent(name string, pod lease.PodRef, apiAddr, internalAddr, configMap string) *process {
+	GinkgoHelper()
+	p, err := startProcess(name, workDir, managerBin, []string{
+		"agent",
+		"--api-bind-address", apiAddr,
+		"--internal-bind-address", internalAddr,
+	}, childEnv("KUBECONFIG="+kubeconfigPath,
+		"MONGODB_URI="+mongoURI, "MONGODB_DATABASE="+database,
+		"POD_NAMESPACE="+pod.Namespace, "POD_NAME="+pod.Name, "POD_UID="+pod.UID,
+		"LEASE_MANAGER_URL=http://"+managerAddr, "LEASE_INTERNAL_SECRET="+internalSecret,
+		settings.EnvSystemNamespace+"="+systemNamespace, settings.EnvBuiltinConfigMap+"="+configMap))
+	Expect(err).NotTo(HaveOccurred())
+	return p
+}
+
+// createRunningPod creates a pod in ns and reports it Running at ip through the status
 // subresource, as a kubelet would (envtest runs none). Without a node the pod is deleted at
 // once, with no grace period.
-func createRunningPod(ctx context.Context, name, ip string) lease.PodRef {
+func createRunningPod(ctx context.Context, ns, name, ip string) lease.PodRef {
 	GinkgoHelper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
 	}
 	Expect(k8sClient.Create(ctx, pod)).To(Succeed())

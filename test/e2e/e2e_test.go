@@ -133,16 +133,14 @@ var _ = Describe("The lease system", func() {
 
 	It("answers NOOP for the lease none and stores nothing", func() {
 		for _, api := range []*apiClient{agentAPI, managerAPI} {
-			r := api.acquire(Default, acquireRequest{Type: "tex", Lease: "none", Tenant: "noop-co", Project: "p1", User: "ann"})
+			r := api.acquire(Default, acquireRequest{Type: "tex", Lease: "none", Tenant: tenant, Project: "noop", User: "ann"})
 			Expect(r.Status).To(Equal(http.StatusOK), "%s: %s", api.name, r)
 			Expect(decode[map[string]any](Default, r)).To(Equal(map[string]any{"noop": true}), api.name)
 		}
-		Expect(holdersOf(Default, "noop-co")).To(BeEmpty())
-		Expect(countersOf(Default, "noop-co")).To(BeEmpty())
+		expectNothingStored(tenant, "noop")
 	})
 
 	It("brings an operator's revocation to the app's long-poll on its agent", func(ctx SpecContext) {
-		const tenant = "globex"
 		l := agentAPI.mustAcquire(acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: "revoke", User: "ann", PodBound: true})
 		Expect(holdersOf(Default, tenant)).To(ConsistOf(SatisfyAll(
 			HaveField("Token", l.Token), HaveField("Pod", appPod))))
@@ -218,7 +216,7 @@ var _ = Describe("The lease system", func() {
 	})
 
 	It("keeps definitions live: a new project layer, a conflict and its removal", func(ctx SpecContext) {
-		const tenant, project = "acme", "e2e"
+		const project = "e2e"
 		req := acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: project, User: "ann"}.withWait(0)
 		apis := []*apiClient{agentAPI, managerAPI}
 
@@ -297,10 +295,10 @@ var _ = Describe("The lease system", func() {
 				Skip("a second loopback address is needed to stand for another pod: " + err.Error())
 			}
 			_ = ln.Close()
-			tenant, project := "initech", podName
+			project := podName
 			req := acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: project, User: "ann", PodBound: true}.withWait(0)
 
-			worker := createRunningPod(ctx, podName, podIP)
+			worker := createRunningPod(ctx, namespace, podName, podIP)
 			workerPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: worker.Namespace, Name: worker.Name}}
 			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, workerPod))).To(Succeed()) })
 			workerAPI := newAPIClient("manager (from "+podName+")", managerAddr, podIP)
@@ -359,7 +357,6 @@ var _ = Describe("The lease system", func() {
 	)
 
 	It("reaps an idle holder when a waiting acquisition on the agent finds its level full", func(ctx SpecContext) {
-		const tenant = "hooli"
 		// An inline definition (no layers): one slot per project, idle after one second.
 		inline := map[string]any{"name": "idle-e2e", "levels": map[string]int{"project": 1}, "ttlSeconds": 1}
 		acquire := func(user string, waitMs int64) response {
@@ -412,7 +409,6 @@ var _ = Describe("The lease system", func() {
 	})
 
 	It("exports the lease metrics on the manager's metrics endpoint", func() {
-		const tenant = "umbrella"
 		before := scrape(Default)
 		acquired := func(s string) float64 {
 			v, _ := metric(s, "vance_lease_acquire_total", map[string]string{"resource": "tex", "outcome": "success"})
@@ -449,7 +445,6 @@ var _ = Describe("The lease system", func() {
 	// Failed before the agent served /metrics: the consumer path (acquire, check, release on
 	// the agent) was invisible.
 	It("exports the consumer path's metrics on the agent's internal port, with the manager's names", func() {
-		const tenant = "umbrella"
 		sample := func(s, name string, labels map[string]string) float64 {
 			v, _ := metric(s, name, labels)
 			return v
@@ -476,7 +471,6 @@ var _ = Describe("The lease system", func() {
 	// Failed before cmd/manager registered the dispatcher's collectors with the metrics
 	// registry.
 	It("exports the revocation dispatch metrics on the manager's metrics endpoint", func() {
-		const tenant = "umbrella"
 		l := managerAPI.mustAcquire(acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: "dispatch", User: "ann"}.withWait(0))
 		r := managerAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", map[string]string{"token": l.Token},
 			"Authorization: Bearer "+adminSecret)
@@ -527,6 +521,20 @@ func holdersOf(g Gomega, tenant string) []lease.Holder {
 	hs, err := store.ListHolders(ctx, leasestore.HolderFilter{Tenant: tenant})
 	g.ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return hs
+}
+
+// expectNothingStored asserts that the store has no holder of tenant in project and no
+// counter of that project or of its users' holders there: nothing was written for it.
+func expectNothingStored(tenant, project string) {
+	GinkgoHelper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs, err := store.ListHolders(ctx, leasestore.HolderFilter{Tenant: tenant, Project: project})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(hs).To(BeEmpty(), "holders of %s/%s", tenant, project)
+	for _, c := range countersOf(Default, tenant) {
+		Expect(c.Key).NotTo(HaveSuffix("|project|"+tenant+"/"+project), "a counter of %s/%s", tenant, project)
+	}
 }
 
 // countersOf reads the tenant, project and user counters of tenant from the store.

@@ -126,13 +126,13 @@ func revokeByOperator(token, tenant string) {
 	Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
 }
 
-// texLease acquires a tex lease in tenant/p1 for user through the Go client on the agent; the
-// spec releases it on cleanup (release is idempotent).
-func texLease(ctx context.Context, tenant, user string) *leaseclient.Lease {
+// texLease acquires a tex lease in tenant/project for user through the Go client on the
+// agent; the spec releases it on cleanup (release is idempotent).
+func texLease(ctx context.Context, project, user string) *leaseclient.Lease {
 	GinkgoHelper()
 	client, err := leaseclient.New(agentAPI.base)
 	Expect(err).NotTo(HaveOccurred())
-	l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: "p1", User: user})
+	l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: project, User: user})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(l.Release(context.Background())).To(Succeed()) })
 	return l
@@ -151,8 +151,8 @@ func (e *example) tokens() []string {
 
 var _ = Describe("The example consumers", func() {
 	It("compile-poller: acquires, stores the job id, checks every poll and releases on the result", func() {
-		const tenant = "poller-co"
-		e := startExample("compile-poller", "-tenant", tenant, "-project", "p1", "-user", "ann", "-polls", "3", "-interval", "50ms")
+		const project = "poller"
+		e := startExample("compile-poller", "-tenant", tenant, "-project", project, "-user", "ann", "-polls", "3", "-interval", "50ms")
 		Expect(e.exited(30*time.Second)).To(Equal(0), e.out.String())
 		Expect(e.out.String()).To(SatisfyAll(
 			MatchRegexp(`acquired token=[0-9a-f]{32} noop=false`),
@@ -165,9 +165,9 @@ var _ = Describe("The example consumers", func() {
 	})
 
 	It("compile-poller: stops at once on a revocation notice", func() {
-		const tenant = "poller-revoke"
+		const project = "poller-revoke"
 		// A poll every 30 s: only the notice can end it within the timeout below.
-		e := startExample("compile-poller", "-tenant", tenant, "-project", "p1", "-user", "ann", "-polls", "1000", "-interval", "30s")
+		e := startExample("compile-poller", "-tenant", tenant, "-project", project, "-user", "ann", "-polls", "1000", "-interval", "30s")
 		Eventually(e.out.String).Should(ContainSubstring("poll 1 done=false"))
 		Expect(e.tokens()).To(HaveLen(1))
 		token := e.tokens()[0]
@@ -185,20 +185,20 @@ var _ = Describe("The example consumers", func() {
 	})
 
 	It("compile-poller: reports LEASE_BUSY with the diagnosis", func(ctx SpecContext) {
-		const tenant = "poller-busy"
+		const project = "poller-busy"
 		By("another consumer holding the project's only slot, through the Go client")
-		held := texLease(ctx, tenant, "bob")
+		held := texLease(ctx, project, "bob")
 
-		e := startExample("compile-poller", "-tenant", tenant, "-project", "p1", "-user", "ann", "-wait", "200ms")
+		e := startExample("compile-poller", "-tenant", tenant, "-project", project, "-user", "ann", "-wait", "200ms")
 		Expect(e.exited(30*time.Second)).To(Equal(2), e.out.String())
-		Expect(e.out.String()).To(MatchRegexp(`busy: tex full at level project \(poller-busy/p1\): 1 of 1, waited \d`))
+		Expect(e.out.String()).To(MatchRegexp(`busy: tex full at level project \(acme/poller-busy\): 1 of 1, waited \d`))
 		Expect(held.Release(ctx)).To(Succeed())
 		expectAtRest(tenant)
 	})
 
 	It("session: checks on every call, closes on LEASE_LOST and acquires anew on the next call", func() {
-		const tenant = "session-co"
-		e := startExample("session", "-tenant", tenant, "-project", "p1", "-user", "ann", "-endpoint", "http://mcp.test/s")
+		const project = "session"
+		e := startExample("session", "-tenant", tenant, "-project", project, "-user", "ann", "-endpoint", "http://mcp.test/s")
 		e.send("call")
 		Eventually(e.out.String).Should(ContainSubstring("call 1 ok"))
 		first := e.tokens()
@@ -237,8 +237,8 @@ var _ = Describe("The example consumers", func() {
 	})
 
 	It("shows held leases in the manager's state gauges", func(ctx SpecContext) {
-		const tenant = "gauges-co"
-		l := texLease(ctx, tenant, "ann")
+		const project = "gauges"
+		l := texLease(ctx, project, "ann")
 		// The gauges are read from the store at most every 30 s.
 		Eventually(func(g Gomega) {
 			text := scrape(g)
@@ -259,8 +259,8 @@ var _ = Describe("The example consumers", func() {
 	})
 
 	It("exports the agent's metrics on its internal port", func(ctx SpecContext) {
-		const tenant = "agent-metrics-co"
-		Expect(texLease(ctx, tenant, "ann").Release(ctx)).To(Succeed())
+		const project = "agent-metrics"
+		Expect(texLease(ctx, project, "ann").Release(ctx)).To(Succeed())
 		resp, err := http.Get(agentMetricsURL)
 		Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = resp.Body.Close() }()

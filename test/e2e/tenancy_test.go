@@ -53,48 +53,59 @@ func effective(g Gomega, api *apiClient, req acquireRequest) string {
 
 var _ = Describe("Tenancy", func() {
 	It("gives agents exactly the manager's definitions, the built-in ConfigMap's included, and fails closed without it", func(ctx SpecContext) {
-		reqs := []acquireRequest{
-			{Type: "tex", Lease: "tex", Tenant: "acme", Project: "website", User: "ann"},
-			{Type: "tex", Lease: "tex", Tenant: "hooli", Project: "web", User: "ann"},
-			{Type: "tex", Lease: "browser", Tenant: "hooli", Project: "web", User: "ann"},
-			{Type: "tex", Lease: builtinOnlyLease, Tenant: "hooli", Project: "web", User: "ann"},
+		// Each process is asked for its own pod's tenant: app-0's (acme) on the manager from
+		// 127.0.0.1 and on its agent, the other pod's (globex) on the manager from its address
+		// and on its agent.
+		type asked struct {
+			req            acquireRequest
+			manager, agent *apiClient
 		}
-		for _, req := range reqs {
+		cases := []asked{
+			{acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: "website", User: "ann"}, managerAPI, agentAPI},
+			{acquireRequest{Type: "tex", Lease: "tex", Tenant: otherTenant, Project: "web", User: "ann"}, otherManagerAPI, otherAgentAPI},
+			{acquireRequest{Type: "tex", Lease: "browser", Tenant: otherTenant, Project: "web", User: "ann"}, otherManagerAPI, otherAgentAPI},
+			{acquireRequest{Type: "tex", Lease: builtinOnlyLease, Tenant: otherTenant, Project: "web", User: "ann"}, otherManagerAPI, otherAgentAPI},
+		}
+		for _, c := range cases {
 			Eventually(func(g Gomega) {
-				fromManager := effective(g, managerAPI, req)
-				g.Expect(effective(g, agentAPI, req)).To(Equal(fromManager), "lease %s in %s/%s", req.Lease, req.Tenant, req.Project)
+				fromManager := effective(g, c.manager, c.req)
+				g.Expect(effective(g, c.agent, c.req)).To(Equal(fromManager), "lease %s in %s/%s", c.req.Lease, c.req.Tenant, c.req.Project)
 			}).Should(Succeed())
 		}
 
 		By("the lease defined only in the ConfigMap taking a slot on the agent, not NOOP")
-		l := agentAPI.mustAcquire(reqs[3])
+		l := otherAgentAPI.mustAcquire(cases[3].req)
 		Expect(l.NoOp).To(BeFalse())
 		Expect(l.Resource).To(Equal("e2e-pool"))
 		Expect(l.Levels).To(Equal([]leaseLevel{
-			{Level: "user", Scope: "hooli/ann", Cap: 1}, {Level: "tenant", Scope: "hooli", Cap: 2}, {Level: "global", Scope: "*", Cap: 4},
+			{Level: "user", Scope: otherTenant + "/ann", Cap: 1}, {Level: "tenant", Scope: otherTenant, Cap: 2}, {Level: "global", Scope: "*", Cap: 4},
 		}))
-		Expect(agentAPI.release(Default, l.Token).Status).To(Equal(http.StatusOK))
+		Expect(otherAgentAPI.release(Default, l.Token).Status).To(Equal(http.StatusOK))
 
 		By("an agent whose built-in ConfigMap is missing answering 503 for every lease")
-		for _, req := range reqs {
+		for _, c := range cases {
+			req := c.req
+			req.Tenant = tenant // the bare agent runs in app-0, acme's
 			r := bareAgentAPI.acquireRefused(Default, req)
 			Expect(r.Status).To(Equal(http.StatusServiceUnavailable), "%s", r)
 			Expect(decode[apiError](Default, r).Error).To(Equal("LEASE_UNAVAILABLE"))
 		}
-		expectAtRest("hooli")
-		expectAtRest("acme")
+		expectAtRest(otherTenant)
+		expectAtRest(tenant)
 	})
 
 	It("refuses the team-a attack at kubectl apply and, without the policy, lets it change nothing", func(ctx SpecContext) {
 		root, err := mongotest.RepoRoot()
 		Expect(err).NotTo(HaveOccurred())
 		scopes := []acquireRequest{
-			{Type: "tex", Lease: "tex", Tenant: "acme", Project: "website", User: "ann"},
-			{Type: "tex", Lease: "tex", Tenant: "globex", Project: "web", User: "ann"},
+			{Type: "tex", Lease: "tex", Tenant: tenant, Project: "website", User: "ann"},
+			{Type: "tex", Lease: "tex", Tenant: otherTenant, Project: "web", User: "ann"},
 		}
+		// Each tenant's scope is asked of the manager and of the agent as that tenant's pod.
+		apis := map[string][]*apiClient{tenant: {managerAPI, agentAPI}, otherTenant: {otherManagerAPI, otherAgentAPI}}
 		before := map[string]string{}
 		for _, req := range scopes {
-			before[req.Tenant] = effective(Default, managerAPI, req)
+			before[req.Tenant] = effective(Default, apis[req.Tenant][0], req)
 		}
 
 		attack := filepath.Join(workDir, "team-a-attack.yaml")
@@ -155,15 +166,15 @@ spec:
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring(leasev1alpha1.ReasonNamespaceNotPermitted))
 
-		for _, api := range []*apiClient{managerAPI, agentAPI} {
-			for _, req := range scopes {
+		for _, req := range scopes {
+			for _, api := range apis[req.Tenant] {
 				Consistently(func(g Gomega) {
 					g.Expect(effective(g, api, req)).To(Equal(before[req.Tenant]), "%s: tenant %s", api.name, req.Tenant)
 				}).Should(Succeed())
 			}
 		}
 		Expect(strings.Contains(before["acme"], `"cap":6`)).To(BeTrue(), "the global cap stays the system layer's: %s", before["acme"])
-		expectAtRest("acme")
-		expectAtRest("globex")
+		expectAtRest(tenant)
+		expectAtRest(otherTenant)
 	})
 })
