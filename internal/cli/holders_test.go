@@ -193,7 +193,7 @@ func TestShow(t *testing.T) {
 		mustFail(t, operatorEnv(), args(sd.s, "show", sd.globex.ID), "no holder "+sd.globex.ID, "released, reaped or revoked")
 	})
 	t.Run("not a token", func(t *testing.T) {
-		mustFail(t, operatorEnv(), args(sd.s, "show", "XYZ"), `"XYZ" is not a lease token`)
+		mustFail(t, operatorEnv(), args(sd.s, "show", "XYZ"), `"XYZ" is not a holder ID`)
 	})
 	t.Run("no token", func(t *testing.T) {
 		mustFail(t, operatorEnv(), args(sd.s, "show"), "accepts 1 arg(s), received 0", "See 'kubectl lease show --help'")
