@@ -59,7 +59,7 @@ const (
 type Store interface {
 	// Revoke deletes one holder by token, with a tenant only a holder of that tenant, and
 	// returns its levels; ok is false when nothing matched.
-	Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error)
+	RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error)
 	// RevokePod deletes every holder of the pod namespace/name, whatever its UID.
 	RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error)
 	// Reconcile corrects counter drift.
@@ -116,7 +116,7 @@ type handler struct {
 // NewHandler returns the admin API over store, handing revoked holders to listener and
 // running rounds on sweeps:
 //
-//	POST /internal/lease/admin/revoke      {"token", "tenant"?}  → {"revoked": true, "holder"}
+//	POST /internal/lease/admin/revoke      {"id" or "token", "tenant"?} → {"revoked": true, "holder"}
 //	POST /internal/lease/admin/revoke-pod  {"namespace", "name"} → {"revoked": n, "holders"}
 //	POST /internal/lease/admin/sweep                              → the round's counts
 //	POST /internal/lease/admin/reconcile                          → the reconcile counts
@@ -215,7 +215,8 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	holder, ok, err := h.store.Revoke(ctx, body.Token, body.Tenant)
+	id := body.holderID()
+	holder, ok, err := h.store.RevokeByID(ctx, id, body.Tenant)
 	if ok {
 		// Deleted is revoked: the handler must run even if returning the levels failed.
 		h.revoked(ctx, r, []lease.Holder{holder})
@@ -225,11 +226,11 @@ func (h *handler) revoke(w http.ResponseWriter, r *http.Request) {
 		if ok {
 			partial = opsview.RevokeResult{Revoked: true, Holder: opsview.HolderViewOf(holder)}
 		}
-		h.fail(w, r, err, partial, "revoking holder %s", body.Token)
+		h.fail(w, r, err, partial, "revoking holder %s", id)
 		return
 	}
 	if !ok {
-		msg := "no holder with token " + body.Token
+		msg := "no holder " + id
 		if body.Tenant != "" {
 			msg += " in tenant " + body.Tenant
 		}
@@ -306,7 +307,7 @@ func (h *handler) revoked(ctx context.Context, r *http.Request, holders []lease.
 	}
 	log := h.audit(r)
 	for _, hd := range holders {
-		log.Info("Operator revoked a lease", "token", hd.Token, "tenant", hd.Tenant, "resource", hd.Resource,
+		log.Info("Operator revoked a lease", "holder", hd.ID, "tenant", hd.Tenant, "resource", hd.Resource,
 			"type", hd.Type, "pod", hd.Pod.String(), "podBound", hd.PodBound)
 	}
 	if h.listener == nil {

@@ -41,7 +41,7 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 	}
 	got := decode[opsview.RevokeResult](t, rec)
 	want := opsview.RevokeResult{Revoked: true, Holder: opsview.HolderView{
-		Token: h.Token, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
+		ID: h.ID, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
 		Tenant: "acme", Project: "p", User: "u", HolderRef: "job-1",
 		Pod: "ns/pod-a", PodUID: "uid-a", PodBound: true, Payload: map[string]string{"jobId": "42"},
 		Levels: []string{"tex2pdf|user|acme/u", "tex2pdf|project|acme/p", "tex2pdf|tenant|acme", "tex2pdf|global|*"},
@@ -72,8 +72,13 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 		t.Errorf("listener got %d contexts cancelled with the request; its work is asynchronous", n)
 	}
 
-	// Revoked is gone: the second revoke finds nothing and dispatches nothing.
-	expectError(t, f.post(t, adminapi.PathRevoke, fmt.Sprintf(`{"token":%q}`, h.Token)), http.StatusNotFound, httpjson.CodeNotFound)
+	// The answer names the holder by its ID and carries no token.
+	if strings.Contains(rec.Body.String(), h.Token) {
+		t.Errorf("revoke answer carries the token: %s", rec.Body)
+	}
+
+	// Revoked is gone: the second revoke (by ID) finds nothing and dispatches nothing.
+	expectError(t, f.post(t, adminapi.PathRevoke, fmt.Sprintf(`{"id":%q}`, h.ID)), http.StatusNotFound, httpjson.CodeNotFound)
 	if n := len(f.listener.got()); n != 1 {
 		t.Errorf("listener called %d times after a second revoke, want 1", n)
 	}
@@ -137,12 +142,12 @@ func TestRevokePodRevokesEveryHolderOfThePod(t *testing.T) {
 	got := decode[opsview.RevokePodResult](t, rec)
 	var gotTokens []string
 	for _, h := range got.Holders {
-		gotTokens = append(gotTokens, h.Token)
+		gotTokens = append(gotTokens, h.ID)
 		if h.Pod != "ns/pod-a" {
-			t.Errorf("revoked holder %s of pod %q", h.Token, h.Pod)
+			t.Errorf("revoked holder %s of pod %q", h.ID, h.Pod)
 		}
 	}
-	wantTokens := []string{a1.Token, a2.Token, recreated.Token}
+	wantTokens := []string{a1.ID, a2.ID, recreated.ID}
 	if got.Revoked != 3 {
 		t.Errorf("revoked %d, want 3", got.Revoked)
 	}
@@ -156,7 +161,7 @@ func TestRevokePodRevokesEveryHolderOfThePod(t *testing.T) {
 	if len(calls) != 1 || calls[0].Reason != "revoke" {
 		t.Fatalf("listener calls %+v, want one with reason revoke", calls)
 	}
-	if diff := cmp.Diff(wantTokens, calls[0].Tokens, sortStrings); diff != "" {
+	if diff := cmp.Diff([]string{a1.Token, a2.Token, recreated.Token}, calls[0].Tokens, sortStrings); diff != "" {
 		t.Errorf("listener tokens (-want +got):\n%s", diff)
 	}
 	// Counters equal the booked holders at rest: only pod-b's holder books anything.
@@ -254,6 +259,8 @@ func TestBadRequests(t *testing.T) {
 		{"malformed", adminapi.PathRevoke, `{"token":`, "body"},
 		{"not an object", adminapi.PathRevoke, `["x"]`, "body"},
 		{"two objects", adminapi.PathRevoke, fmt.Sprintf(`{"token":%q}{}`, h.Token), "body"},
+		{"token as id", adminapi.PathRevoke, fmt.Sprintf(`{"id":%q}`, h.Token), "id"},
+		{"id and token", adminapi.PathRevoke, fmt.Sprintf(`{"id":%q,"token":%q}`, h.ID, h.Token), "id"},
 		{"too large", adminapi.PathRevoke, fmt.Sprintf(`{"token":%q,"tenant":"%s"}`, h.Token, strings.Repeat("a", 300)), "body"},
 		{"missing namespace", adminapi.PathRevokePod, `{"name":"pod-a"}`, "namespace"},
 		{"missing name", adminapi.PathRevokePod, `{"namespace":"ns"}`, "name"},
@@ -429,7 +436,7 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || e.Error != httpjson.CodeUnavailable {
 		t.Fatalf("partial revoke: %d %+v", rec.Code, e)
 	}
-	if e.Result == nil || !e.Result.Revoked || e.Result.Holder.Token != lost.Token {
+	if e.Result == nil || !e.Result.Revoked || e.Result.Holder.ID != lost.ID {
 		t.Errorf("partial revoke result %+v, want the revoked holder %s", e.Result, lost.Token)
 	}
 	if diff := cmp.Diff([]call{{Reason: "revoke", Tokens: []string{lost.Token}}}, faulty.listener.got()); diff != "" {
@@ -481,7 +488,7 @@ func TestErrorBodiesAreJSON(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"error": "NOT_FOUND", "message": "no holder with token 0123456789abcdef0123456789abcdef (released, reaped or revoked already?)"}
+	want := map[string]any{"error": "NOT_FOUND", "message": "no holder " + lease.HolderID("0123456789abcdef0123456789abcdef") + " (released, reaped or revoked already?)"}
 	if diff := cmp.Diff(want, body); diff != "" {
 		t.Errorf("404 body (-want +got):\n%s", diff)
 	}

@@ -22,18 +22,30 @@ const CodeDisabled = "ADMIN_DISABLED"
 // tokenLen is the length of a holder token: 128 random bits in lowercase hex.
 const tokenLen = 32
 
-// revokeBody is the body of POST /internal/lease/admin/revoke.
+// revokeBody is the body of POST /internal/lease/admin/revoke: the holder by its public ID,
+// or by its token (for a caller that has one); answers and logs name only the ID.
 type revokeBody struct {
-	// Token is the holder's token.
-	Token string `json:"token"`
+	// ID is the holder's public ID (as the live API and kubectl lease list show it).
+	ID string `json:"id,omitempty"`
+	// Token is the holder's token, instead of ID.
+	Token string `json:"token,omitempty"`
 	// Tenant, when set, restricts the revocation to a holder of that tenant: the binding is
 	// in the store's delete filter.
 	Tenant string `json:"tenant,omitempty"`
 }
 
 func (b revokeBody) validate() error {
-	if err := validToken(b.Token); err != nil {
-		return err
+	switch {
+	case b.ID != "" && b.Token != "":
+		return &lease.InvalidError{Field: "id", Detail: "give id or token, not both"}
+	case b.ID != "":
+		if !lease.ValidHolderID(b.ID) {
+			return &lease.InvalidError{Field: "id", Detail: fmt.Sprintf("%q is not a holder ID (want %s and 24 lowercase hex digits)", lease.Clip(b.ID, 64), lease.HolderIDPrefix)}
+		}
+	default:
+		if err := validToken(b.Token); err != nil {
+			return err
+		}
 	}
 	if b.Tenant != "" {
 		if err := definition.ValidateScope(b.Tenant, definition.TenantProject); err != nil {
@@ -43,10 +55,18 @@ func (b revokeBody) validate() error {
 	return nil
 }
 
+// holderID is the public ID the body names.
+func (b revokeBody) holderID() string {
+	if b.ID != "" {
+		return b.ID
+	}
+	return lease.HolderID(b.Token)
+}
+
 func validToken(token string) error {
 	switch {
 	case token == "":
-		return &lease.InvalidError{Field: "token", Detail: "is required"}
+		return &lease.InvalidError{Field: "token", Detail: "is required (or id)"}
 	case len(token) != tokenLen || strings.IndexFunc(token, notLowerHex) >= 0:
 		return &lease.InvalidError{Field: "token", Detail: fmt.Sprintf("%q is not a lease token (want %d lowercase hex digits)", lease.Clip(token, 64), tokenLen)}
 	}

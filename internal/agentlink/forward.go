@@ -90,8 +90,8 @@ func MessageFor(r revocation.Revocation) Message {
 // Revocation converts the message to the revocation a handler sees at site.
 func (m Message) Revocation(site revocation.Site) revocation.Revocation {
 	return revocation.Revocation{
-		Token: m.Token, Type: m.Type, Resource: m.Resource, LeaseName: m.LeaseName, HolderRef: m.HolderRef,
-		Reason: m.Reason, Payload: m.Payload, PodBound: m.PodBound,
+		Token: m.Token, HolderID: lease.HolderID(m.Token), Type: m.Type, Resource: m.Resource, LeaseName: m.LeaseName,
+		HolderRef: m.HolderRef, Reason: m.Reason, Payload: m.Payload, PodBound: m.PodBound,
 		Pod:  lease.PodRef{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID},
 		Site: site,
 	}

@@ -120,7 +120,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, fmt.Sprintf("type: no handler for lease type %q", msg.Type))
 		return
 	}
-	log := rc.log.WithValues("token", msg.Token, "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
+	log := rc.log.WithValues("holder", lease.HolderID(msg.Token), "type", msg.Type, "resource", msg.Resource, "reason", msg.Reason)
 	ctx, cancel := req.Context(), context.CancelFunc(func() {})
 	if rc.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, rc.timeout)
@@ -133,7 +133,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, err.Error())
 			return
 		case held:
-			httpjson.WriteError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+msg.Token+" is still held: nothing was revoked")
+			httpjson.WriteError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+lease.HolderID(msg.Token)+" is still held: nothing was revoked")
 			return
 		}
 	}

@@ -109,9 +109,9 @@ func describeHolderFilter(f leasestore.HolderFilter) string {
 
 // renderHolders writes the holder table; now is the server's time.
 func renderHolders(w io.Writer, now time.Time, holders []lease.Holder) error {
-	t := newTable(w, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "AGE", "IDLE", "TTL")
+	t := newTable(w, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "AGE", "IDLE", "TTL")
 	for _, h := range holders {
-		t.row(h.Token, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h),
+		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h),
 			age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL))
 	}
 	return t.flush()
@@ -133,17 +133,20 @@ func newShowCommand(o *options) *cobra.Command {
 		out   outputFlag
 	)
 	c := &cobra.Command{
-		Use:   "show TOKEN",
+		Use:   "show ID",
 		Short: "Show every field of one lease holder, with the counters it books",
-		Example: `  kubectl lease show 3f9c2a0b4d5e6f708192a3b4c5d6e7f8
-  kubectl lease show 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 -o json`,
+		Long: `Show every field of one lease holder, with the counters it books. ID is the holder's public
+ID as kubectl lease list shows it; a token (which only its holder should have) is turned into
+its ID on this machine and is never sent.`,
+		Example: `  kubectl lease show lh-5d0c3e1f9a2b4c6d7e8f9a0b
+  kubectl lease show lh-5d0c3e1f9a2b4c6d7e8f9a0b -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			token := args[0]
-			if err := validToken(token); err != nil {
+			id, err := holderIDArg(args[0])
+			if err != nil {
 				return err
 			}
 			ctx, r, done, err := o.openReader(cmd.Context(), force)
@@ -151,7 +154,7 @@ func newShowCommand(o *options) *cobra.Command {
 				return err
 			}
 			defer done()
-			h, err := r.holder(ctx, token)
+			h, err := r.holder(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -183,7 +186,7 @@ func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.C
 		}
 		p.printf("%-12s %s\n", name+":", escapeField(value))
 	}
-	field("Token", h.Token)
+	field("ID", h.ID)
 	field("State", stateOf(now, h))
 	field("Lease", h.LeaseName)
 	field("Resource", h.Resource)
@@ -289,12 +292,18 @@ func splitPod(s string) (namespace, name string, err error) {
 // tokenLen is the length of a holder token: 128 random bits in lowercase hex.
 const tokenLen = 32
 
-// validToken checks the form of a holder token before any store or manager is asked.
-func validToken(token string) error {
-	if len(token) != tokenLen || strings.IndexFunc(token, func(r rune) bool {
-		return (r < '0' || r > '9') && (r < 'a' || r > 'f')
-	}) >= 0 {
-		return fmt.Errorf("%q is not a lease token (want %d lowercase hex digits, as kubectl lease list shows them)", token, tokenLen)
+// holderIDArg reads the holder argument of show and revoke: a public holder ID as list
+// shows it, or a token, which is turned into its ID here, so that it never leaves this
+// machine (docs/live-api.md, "Holder IDs").
+func holderIDArg(arg string) (string, error) {
+	if lease.ValidHolderID(arg) {
+		return arg, nil
 	}
-	return nil
+	if len(arg) == tokenLen && strings.IndexFunc(arg, func(r rune) bool {
+		return (r < '0' || r > '9') && (r < 'a' || r > 'f')
+	}) < 0 {
+		return lease.HolderID(arg), nil
+	}
+	return "", fmt.Errorf("%q is not a holder ID (want %s and 24 lowercase hex digits, as kubectl lease list shows them)",
+		lease.Clip(arg, 64), lease.HolderIDPrefix)
 }

@@ -34,9 +34,9 @@ func seed(t *testing.T) seeded {
 
 func TestListFilters(t *testing.T) {
 	sd := seed(t)
-	annRow := []string{sd.ann.Token, "tex", "tex2pdf", "acme", "p", "ann", "ns/pod-a", "HELD", "1h"}
-	browserRow := []string{sd.browser.Token, "mcp", "browser", "acme", "p", "<none>", "ns/pod-a", "HELD", "1h"}
-	globexRow := []string{sd.globex.Token, "tex", "tex2pdf", "globex", "p", "bob", "other/pod-b", "HELD", "1h"}
+	annRow := []string{sd.ann.ID, "tex", "tex2pdf", "acme", "p", "ann", "ns/pod-a", "HELD", "1h"}
+	browserRow := []string{sd.browser.ID, "mcp", "browser", "acme", "p", "<none>", "ns/pod-a", "HELD", "1h"}
+	globexRow := []string{sd.globex.ID, "tex", "tex2pdf", "globex", "p", "bob", "other/pod-b", "HELD", "1h"}
 	cases := []struct {
 		name  string
 		flags []string
@@ -52,7 +52,7 @@ func TestListFilters(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustRun(t, operatorEnv(), args(sd.s, append([]string{"list"}, tc.flags...)...)...)
-			got := columns(t, r.stdout, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "TTL")
+			got := columns(t, r.stdout, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "TTL")
 			if diff := cmp.Diff(tc.want, got, cmpopts.SortSlices(func(a, b []string) bool { return a[0] < b[0] })); diff != "" {
 				t.Errorf("list %v (-want +got):\n%s", tc.flags, diff)
 			}
@@ -81,7 +81,7 @@ func TestListFilters(t *testing.T) {
 
 // holderJSON mirrors the plugin's JSON holder, decoded strictly.
 type holderJSON struct {
-	Token      string            `json:"token"`
+	ID         string            `json:"id"`
 	State      string            `json:"state"`
 	Lease      string            `json:"lease"`
 	Resource   string            `json:"resource"`
@@ -118,7 +118,7 @@ func TestListJSON(t *testing.T) {
 	r := mustRun(t, operatorEnv(), args(sd.s, "list", "--type", "mcp", "-o", "json")...)
 	got := decodeStrict[[]holderJSON](t, r.stdout)
 	want := []holderJSON{{
-		Token: sd.browser.Token, State: "HELD", Lease: "browser", Resource: "browser", Type: "mcp",
+		ID: sd.browser.ID, State: "HELD", Lease: "browser", Resource: "browser", Type: "mcp",
 		Tenant: "acme", Project: "p", HolderRef: "job-1", Pod: "ns/pod-a", PodUID: "uid-a2",
 		Payload: map[string]string{"endpoint": "http://mcp:8080/mcp", "sessionId": "s-1"},
 		Levels:  []string{"browser|project|acme/p"}, TTLSeconds: 3600,
@@ -141,9 +141,9 @@ func TestShow(t *testing.T) {
 	h := sd.ann
 
 	t.Run("table", func(t *testing.T) {
-		r := mustRun(t, operatorEnv(), args(sd.s, "show", h.Token)...)
+		r := mustRun(t, operatorEnv(), args(sd.s, "show", h.ID)...)
 		for _, want := range []string{
-			"Token:       " + h.Token + "\n",
+			"ID:          " + h.ID + "\n",
 			"State:       HELD\n",
 			"Lease:       tex\n",
 			"Resource:    tex2pdf\n",
@@ -176,10 +176,10 @@ func TestShow(t *testing.T) {
 	})
 
 	t.Run("json", func(t *testing.T) {
-		r := mustRun(t, operatorEnv(), args(sd.s, "show", h.Token, "-o", "json")...)
+		r := mustRun(t, operatorEnv(), args(sd.s, "show", h.ID, "-o", "json")...)
 		got := decodeStrict[holderJSON](t, r.stdout)
 		want := holderJSON{
-			Token: h.Token, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
+			ID: h.ID, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
 			Tenant: "acme", Project: "p", User: "ann", HolderRef: "job-1", Pod: "ns/pod-a", PodUID: "uid-a",
 			PodBound: true, Payload: map[string]string{"jobId": "42"}, TTLSeconds: 3600,
 			Levels: []string{"tex2pdf|user|acme/ann", "tex2pdf|project|acme/p", "tex2pdf|tenant|acme", "tex2pdf|global|*"},
@@ -193,10 +193,10 @@ func TestShow(t *testing.T) {
 		if _, err := sd.s.Release(ctxT(t), sd.globex.Token); err != nil {
 			t.Fatal(err)
 		}
-		mustFail(t, operatorEnv(), args(sd.s, "show", sd.globex.Token), "no holder with token "+sd.globex.Token, "released, reaped or revoked")
+		mustFail(t, operatorEnv(), args(sd.s, "show", sd.globex.ID), "no holder "+sd.globex.ID, "released, reaped or revoked")
 	})
 	t.Run("not a token", func(t *testing.T) {
-		mustFail(t, operatorEnv(), args(sd.s, "show", "XYZ"), `"XYZ" is not a lease token`)
+		mustFail(t, operatorEnv(), args(sd.s, "show", "XYZ"), `"XYZ" is not a holder ID`)
 	})
 	t.Run("no token", func(t *testing.T) {
 		mustFail(t, operatorEnv(), args(sd.s, "show"), "accepts 1 arg(s), received 0", "See 'kubectl lease show --help'")

@@ -153,7 +153,7 @@ func holderSelectors(f leasestore.HolderFilter) (labelSel, fieldSel string) {
 		}
 	}
 	fs := fields.Set{}
-	for k, v := range map[string]string{"metadata.name": f.Token, "spec.tenant": f.Tenant, "spec.pod": f.Pod,
+	for k, v := range map[string]string{"metadata.name": f.ID, "spec.tenant": f.Tenant, "spec.pod": f.Pod,
 		"spec.project": f.Project, "spec.user": f.User} {
 		if v != "" {
 			fs[k] = v
@@ -185,15 +185,15 @@ func (c *liveClient) listHolders(ctx context.Context, f leasestore.HolderFilter)
 	}
 }
 
-// findHolder finds the holder with token (in the client's namespace, or any); with a tenant,
-// only that tenant's. The first namespace it appears in is the one to act in.
-func (c *liveClient) findHolder(ctx context.Context, token, tenant string) (livev1alpha1.LeaseHolder, error) {
-	hs, err := c.listHolders(ctx, leasestore.HolderFilter{Token: token, Tenant: tenant})
+// findHolder finds the holder with public ID id (in the client's namespace, or any); with a
+// tenant, only that tenant's. The first namespace it appears in is the one to act in.
+func (c *liveClient) findHolder(ctx context.Context, id, tenant string) (livev1alpha1.LeaseHolder, error) {
+	hs, err := c.listHolders(ctx, leasestore.HolderFilter{ID: id, Tenant: tenant})
 	if err != nil {
 		return livev1alpha1.LeaseHolder{}, err
 	}
 	if len(hs) == 0 {
-		msg := "no holder with token " + token
+		msg := "no holder " + id
 		if tenant != "" {
 			msg += " in tenant " + tenant
 		}
@@ -322,7 +322,7 @@ func (c *liveClient) create(ctx context.Context, resource string, obj, into runt
 func holderOf(o livev1alpha1.LeaseHolder) lease.Holder {
 	ns, name, _ := strings.Cut(o.Spec.Pod, "/")
 	return lease.Holder{
-		Token: o.Name, State: lease.HolderState(o.Status.State), LeaseName: o.Spec.Lease, Resource: o.Spec.Resource,
+		ID: o.Name, State: lease.HolderState(o.Status.State), LeaseName: o.Spec.Lease, Resource: o.Spec.Resource,
 		Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
 		Pod:      lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID},
 		PodBound: o.Spec.PodBound, Payload: o.Spec.Payload, TTL: time.Duration(o.Spec.TTLSeconds) * time.Second,
@@ -346,7 +346,7 @@ func holdersOf(os []livev1alpha1.LeaseHolder) []lease.Holder {
 // reader is where list, show and counters read: the live API, or MongoDB with --force.
 type reader interface {
 	holders(ctx context.Context, f leasestore.HolderFilter) ([]lease.Holder, error)
-	holder(ctx context.Context, token string) (lease.Holder, error)
+	holder(ctx context.Context, id string) (lease.Holder, error)
 	counters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error)
 	// now is the time ages are measured against.
 	now(ctx context.Context) (time.Time, error)
@@ -390,8 +390,8 @@ func (r liveReader) holders(ctx context.Context, f leasestore.HolderFilter) ([]l
 	return holdersOf(os), err
 }
 
-func (r liveReader) holder(ctx context.Context, token string) (lease.Holder, error) {
-	o, err := r.c.findHolder(ctx, token, "")
+func (r liveReader) holder(ctx context.Context, id string) (lease.Holder, error) {
+	o, err := r.c.findHolder(ctx, id, "")
 	if err != nil {
 		return lease.Holder{}, err
 	}
@@ -423,13 +423,13 @@ func (r storeReader) holders(ctx context.Context, f leasestore.HolderFilter) ([]
 	return hs, nil
 }
 
-func (r storeReader) holder(ctx context.Context, token string) (lease.Holder, error) {
-	h, err := r.s.GetHolder(ctx, token)
+func (r storeReader) holder(ctx context.Context, id string) (lease.Holder, error) {
+	h, err := r.s.GetHolderByID(ctx, id)
 	if errors.Is(err, lease.ErrLost) {
-		return h, fmt.Errorf("no holder with token %s in database %s (released, reaped or revoked?)", token, r.s.db)
+		return h, fmt.Errorf("no holder %s in database %s (released, reaped or revoked?)", id, r.s.db)
 	}
 	if err != nil {
-		return h, r.s.wrap("reading holder "+token, err)
+		return h, r.s.wrap("reading holder "+id, err)
 	}
 	return h, nil
 }

@@ -95,8 +95,8 @@ func (s *switchStore) get() liveapi.Store {
 	return s.Store
 }
 
-func (s *switchStore) GetHolder(ctx context.Context, token string) (lease.Holder, error) {
-	return s.get().GetHolder(ctx, token)
+func (s *switchStore) GetHolderByID(ctx context.Context, id string) (lease.Holder, error) {
+	return s.get().GetHolderByID(ctx, id)
 }
 func (s *switchStore) ListHoldersPage(ctx context.Context, f leasestore.HolderFilter, after string, limit int) ([]lease.Holder, string, error) {
 	return s.get().ListHoldersPage(ctx, f, after, limit)
@@ -104,8 +104,8 @@ func (s *switchStore) ListHoldersPage(ctx context.Context, f leasestore.HolderFi
 func (s *switchStore) ListCounters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error) {
 	return s.get().ListCounters(ctx, f)
 }
-func (s *switchStore) Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error) {
-	return s.get().Revoke(ctx, token, tenant)
+func (s *switchStore) RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error) {
+	return s.get().RevokeByID(ctx, id, tenant)
 }
 func (s *switchStore) RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error) {
 	return s.get().RevokePod(ctx, namespace, name)

@@ -49,27 +49,29 @@ func newRevokeCommand(o *options) *cobra.Command {
 		out    outputFlag
 	)
 	c := &cobra.Command{
-		Use:   "revoke TOKEN",
+		Use:   "revoke ID",
 		Short: "Revoke one lease holder (through the manager, which runs its handler)",
 		Long: `Revoke one lease holder. A revocation is a reap on the operator's decision, not a release:
 the holder is deleted, its levels are returned, and the manager runs the type's handler through
 its dispatcher, exactly as for a sweep. The holder gets LEASE_LOST at its next check.
 
-With --tenant only a holder of that tenant is revoked (the binding is in the delete filter).
+ID is the holder's public ID as kubectl lease list shows it; a token is turned into its ID on
+this machine and is never sent. With --tenant only a holder of that tenant is revoked (the
+binding is in the delete filter).
 
 --force revokes directly in MongoDB, for when no manager is reachable. Then no handler runs: the
 slot is free, the holder fails at its next check, and a resource in a foreign system (a remote
 MCP session of a dead pod) is left to its own expiry.`,
-		Example: `  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8
-  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 -n acme
-  kubectl lease revoke 3f9c2a0b4d5e6f708192a3b4c5d6e7f8 --force`,
+		Example: `  kubectl lease revoke lh-5d0c3e1f9a2b4c6d7e8f9a0b
+  kubectl lease revoke lh-5d0c3e1f9a2b4c6d7e8f9a0b -n acme
+  kubectl lease revoke lh-5d0c3e1f9a2b4c6d7e8f9a0b --force`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			token := args[0]
-			if err := validToken(token); err != nil {
+			id, err := holderIDArg(args[0])
+			if err != nil {
 				return err
 			}
 			ctx, cancel := o.withTimeout(cmd.Context())
@@ -81,9 +83,9 @@ MCP session of a dead pod) is left to its own expiry.`,
 					return err
 				}
 				defer s.close()
-				h, ok, err := s.Revoke(ctx, token, tenant)
+				h, ok, err := s.RevokeByID(ctx, id, tenant)
 				if !ok && err == nil {
-					return notFound(token, tenant)
+					return notFound(id, tenant)
 				}
 				if ok {
 					res := revokeJSON{
@@ -98,7 +100,7 @@ MCP session of a dead pod) is left to its own expiry.`,
 					if ok {
 						return s.wrap("returning the levels of the revoked holder (the holder is gone; reconcile repairs the counters)", err)
 					}
-					return s.wrap("revoking holder "+token, err)
+					return s.wrap("revoking holder "+id, err)
 				}
 				return nil
 			}
@@ -107,7 +109,7 @@ MCP session of a dead pod) is left to its own expiry.`,
 			if err != nil {
 				return err
 			}
-			found, err := lc.findHolder(ctx, token, tenant)
+			found, err := lc.findHolder(ctx, id, tenant)
 			if err != nil {
 				return err
 			}
@@ -128,8 +130,8 @@ MCP session of a dead pod) is left to its own expiry.`,
 	return c
 }
 
-func notFound(token, tenant string) error {
-	msg := "no holder with token " + token
+func notFound(id, tenant string) error {
+	msg := "no holder " + id
 	if tenant != "" {
 		msg += " in tenant " + tenant
 	}
@@ -142,7 +144,7 @@ func (o *options) printRevoked(out outputFlag, res revokeJSON, how string, faile
 	}
 	p := newPrinter(o.streams.Out)
 	h := res.Holder
-	p.printf("Revoked lease %s %s.\n", h.Token, how)
+	p.printf("Revoked lease %s %s.\n", h.ID, how)
 	p.printf("  %s\n", describeHolderView(h))
 	p.printf("  returned levels: %s\n", joinOrNone(h.Levels))
 	if failed {
@@ -268,9 +270,9 @@ func (o *options) printRevokedPod(out outputFlag, pod string, res revokePodJSON,
 	}
 	p.printf("Revoked %s of pod %s %s.\n", plural(len(res.Holders), "lease", "leases"), pod, how)
 	var tb strings.Builder
-	t := newTable(&tb, "TOKEN", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD-UID", "POD-BOUND")
+	t := newTable(&tb, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD-UID", "POD-BOUND")
 	for _, h := range res.Holders {
-		t.row(h.Token, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.PodUID, fmt.Sprint(h.PodBound))
+		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.PodUID, fmt.Sprint(h.PodBound))
 	}
 	if err := t.flush(); err != nil {
 		return err

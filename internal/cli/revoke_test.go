@@ -31,9 +31,9 @@ func TestRevokeForceFreesTheSlotWithoutHandler(t *testing.T) {
 		t.Fatalf("second acquire before the revoke = %v, want busy", err)
 	}
 	// No manager anywhere: --force needs none.
-	r := mustRun(t, nil, args(s, "revoke", h.Token, "--force")...)
+	r := mustRun(t, nil, args(s, "revoke", h.ID, "--force")...)
 	for _, want := range append([]string{
-		"Revoked lease " + h.Token + " directly in MongoDB (database " + s.db + ").",
+		"Revoked lease " + h.ID + " directly in MongoDB (database " + s.db + ").",
 		"type tex, resource tex2pdf, tenant acme, project p, user ann, pod ns/pod-a (pod-bound)",
 		"returned levels: tex2pdf|user|acme/ann, tex2pdf|project|acme/p, tex2pdf|tenant|acme, tex2pdf|global|*",
 	}, noHandler...) {
@@ -49,15 +49,15 @@ func TestRevokeForceFreesTheSlotWithoutHandler(t *testing.T) {
 	if _, err := s.Acquire(ctxT(t), req); err != nil {
 		t.Errorf("acquire after revoke --force: %v; the slot should be free", err)
 	}
-	mustFail(t, nil, args(s, "revoke", h.Token, "--force"), "no holder with token "+h.Token)
+	mustFail(t, nil, args(s, "revoke", h.ID, "--force"), "no holder "+h.ID)
 }
 
 func TestRevokeForceJSONAndTenantBinding(t *testing.T) {
 	s := newStore(t)
 	h := mustAcquire(t, s.Store, request("tex2pdf", "acme", "ann", podA, caps(1, 1, 1, 1)))
 
-	mustFail(t, nil, args(s, "revoke", h.Token, "--force", "--tenant", "globex"),
-		"no holder with token "+h.Token+" in tenant globex")
+	mustFail(t, nil, args(s, "revoke", h.ID, "--force", "--tenant", "globex"),
+		"no holder "+h.ID+" in tenant globex")
 	if diff := cmp.Diff([]string{h.Token}, holderTokens(t, s.Store)); diff != "" {
 		t.Fatalf("a revoke bound to another tenant changed the holders (-want +got):\n%s", diff)
 	}
@@ -69,8 +69,12 @@ func TestRevokeForceJSONAndTenantBinding(t *testing.T) {
 		Handlers string
 		Holder   holderJSON
 	}
+	// A token given is turned into its ID; the answer shows no token.
+	if strings.Contains(r.stdout, h.Token) {
+		t.Errorf("revoke -o json shows the token:\n%s", r.stdout)
+	}
 	got := decodeStrict[answer](t, r.stdout)
-	if !got.Revoked || got.Via != "store" || got.Holder.Token != h.Token || !strings.Contains(got.Handlers, "No handler ran") {
+	if !got.Revoked || got.Via != "store" || got.Holder.ID != h.ID || !strings.Contains(got.Handlers, "No handler ran") {
 		t.Errorf("revoke --force -o json = %+v", got)
 	}
 }
@@ -81,9 +85,9 @@ func TestRevokeThroughManager(t *testing.T) {
 	h := mustAcquire(t, s.Store, req)
 	m := newManager(t, s.Store)
 
-	r := mustRun(t, m.env(), args(s, "revoke", h.Token, "--tenant", "acme")...)
+	r := mustRun(t, m.env(), args(s, "revoke", h.ID, "--tenant", "acme")...)
 	for _, want := range []string{
-		"Revoked lease " + h.Token + " through the live API (namespace acme).",
+		"Revoked lease " + h.ID + " through the live API (namespace acme).",
 		"type tex, resource tex2pdf, tenant acme, project p, user ann, pod ns/pod-a (pod-bound)",
 		"The manager runs each holder's type handler through its dispatcher (reason revoke",
 	} {
@@ -102,7 +106,7 @@ func TestRevokeThroughManager(t *testing.T) {
 	}
 
 	// Revoked is gone: a clear error, and nothing is dispatched.
-	mustFail(t, m.env(), args(s, "revoke", h.Token), "no holder with token "+h.Token)
+	mustFail(t, m.env(), args(s, "revoke", h.ID), "no holder "+h.ID)
 	if n := len(m.listener.got()); n != 1 {
 		t.Errorf("listener called %d times, want 1", n)
 	}
@@ -126,7 +130,7 @@ func TestLiveAPIErrors(t *testing.T) {
 		{name: "a tenant lists every namespace", env: alice,
 			args: []string{"list"}, want: []string{"forbidden", "try -n NAMESPACE"}},
 		{name: "a tenant revokes another tenant's holder", env: alice,
-			args: []string{"revoke", h.Token, "-n", "acme"}, want: []string{"no holder with token " + h.Token + " in namespace acme"}},
+			args: []string{"revoke", h.ID, "-n", "acme"}, want: []string{"no holder " + h.ID + " in namespace acme"}},
 		{name: "a tenant sweeps", env: alice,
 			args: []string{"sweep"}, want: []string{"forbidden", "sweeps"}},
 		{name: "a tenant revokes a pod", env: alice,
@@ -147,7 +151,7 @@ func TestLiveAPIErrors(t *testing.T) {
 	// her kubeconfig's context names it.
 	mine := mustAcquire(t, s.Store, request("other", "acme", "ann", podB, caps(1, 1, 1, 1)))
 	r := mustRun(t, alice, "list", "-n", "acme")
-	if got := columns(t, r.stdout, "TOKEN", "TENANT"); !cmp.Equal(got, [][]string{{mine.Token, "acme"}}) {
+	if got := columns(t, r.stdout, "ID", "TENANT"); !cmp.Equal(got, [][]string{{mine.ID, "acme"}}) {
 		t.Errorf("alice's list = %v", got)
 	}
 	cfg, err := clientcmd.LoadFromFile(aliceFile)
@@ -160,7 +164,7 @@ func TestLiveAPIErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = mustRun(t, map[string]string{"KUBECONFIG": inAcme}, "list")
-	if got := columns(t, r.stdout, "TOKEN", "TENANT"); !cmp.Equal(got, [][]string{{mine.Token, "acme"}}) {
+	if got := columns(t, r.stdout, "ID", "TENANT"); !cmp.Equal(got, [][]string{{mine.ID, "acme"}}) {
 		t.Errorf("alice's list in her context's namespace = %v", got)
 	}
 }
@@ -187,8 +191,8 @@ func TestRevokePod(t *testing.T) {
 			if !strings.HasPrefix(head, "Revoked 2 leases of pod ns/pod-a ") {
 				t.Errorf("first line %q", head)
 			}
-			got := columns(t, table[:strings.LastIndex(strings.TrimSpace(table), "\n")], "TOKEN", "USER", "POD-UID")
-			want := [][]string{{a1.Token, "ann", "uid-a"}, {a2.Token, "bob", "uid-a2"}}
+			got := columns(t, table[:strings.LastIndex(strings.TrimSpace(table), "\n")], "ID", "USER", "POD-UID")
+			want := [][]string{{a1.ID, "ann", "uid-a"}, {a2.ID, "bob", "uid-a2"}}
 			if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(x, y []string) bool { return x[0] < y[0] })); diff != "" {
 				t.Errorf("revoked holders (-want +got):\n%s", diff)
 			}

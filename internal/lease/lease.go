@@ -57,7 +57,11 @@ func (p PodRef) String() string {
 // Holder is a held (or pending) lease as stored. The value Acquire returns leaves
 // AcquiredAt and LastSeenAt zero: they are server times, read back only by the reads.
 type Holder struct {
-	Token     string
+	// Token is the holder's secret: whoever has it may check, update and release the
+	// lease. It is never shown; ID is.
+	Token string
+	// ID is the public holder ID (HolderID of the token).
+	ID        string
 	State     HolderState
 	LeaseName string
 	Resource  string

@@ -89,6 +89,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 
 	doc := holderDoc{
 		ID:         token,
+		PID:        lease.HolderID(token),
 		State:      string(lease.StatePending),
 		LeaseName:  req.LeaseName,
 		Resource:   req.Resource,
@@ -155,6 +156,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 // the server's time ($currentDate) from the start.
 func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 	set := bson.D{
+		{Key: "pid", Value: doc.PID},
 		{Key: "state", Value: doc.State},
 		{Key: "leaseName", Value: doc.LeaseName},
 		{Key: "resource", Value: doc.Resource},

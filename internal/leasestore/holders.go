@@ -248,6 +248,15 @@ func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder,
 	return s.deleteHolder(ctx, filter)
 }
 
+// RevokeByID is Revoke by the public holder ID (docs/live-api.md, "Holder IDs").
+func (s *Store) RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error) {
+	filter := bson.D{{Key: "pid", Value: id}}
+	if tenant != "" {
+		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
+	}
+	return s.deleteHolder(ctx, filter)
+}
+
 // deleteAll deletes, one by one, the holders matching filter, and returns those it deleted,
 // also when it stops at an error.
 func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, error) {
@@ -283,6 +292,21 @@ func (s *Store) GetHolder(ctx context.Context, token string) (lease.Holder, erro
 	return doc.holder(), nil
 }
 
+// GetHolderByID reads one holder by its public ID; lease.ErrLost when none has it.
+func (s *Store) GetHolderByID(ctx context.Context, id string) (lease.Holder, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var doc holderDoc
+	err := s.holders.FindOne(ctx, bson.D{{Key: "pid", Value: id}}).Decode(&doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return lease.Holder{}, fmt.Errorf("holder %s: %w", id, lease.ErrLost)
+	case err != nil:
+		return lease.Holder{}, unavailable("reading holder", err)
+	}
+	return doc.holder(), nil
+}
+
 // ListHolders reads the holders matching f, oldest first.
 func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder, error) {
 	docs, err := s.findHolders(ctx, holderFilter(f), nil)
@@ -297,16 +321,16 @@ func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder
 	return out, nil
 }
 
-// ListHoldersPage reads one page of the holders matching f in token order, starting after
-// the token after ("" for the first page), at most limit of them (0: all). next is the last
-// token of the page when more follow, "" otherwise. One round trip: the first batch holds
+// ListHoldersPage reads one page of the holders matching f in the order of their public
+// IDs, starting after the ID after ("" for the first page), at most limit of them (0: all).
+// next is the last ID of the page when more follow, "" otherwise. One round trip: the first batch holds
 // the whole page, and one holder more tells whether another page follows.
 func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after string, limit int) (holders []lease.Holder, next string, err error) {
 	filter := holderFilter(f)
 	if after != "" {
-		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+		filter = append(filter, bson.E{Key: "pid", Value: bson.D{{Key: "$gt", Value: after}}})
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
+	opts := options.Find().SetSort(bson.D{{Key: "pid", Value: 1}})
 	if limit > 0 {
 		// A batch one larger than the limit: the server sees the cursor exhausted and closes
 		// it, so no getMore or killCursors follows.
@@ -324,7 +348,7 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 	}
 	if limit > 0 && len(docs) > limit {
 		docs = docs[:limit]
-		next = docs[limit-1].ID
+		next = docs[limit-1].holder().ID
 	}
 	holders = make([]lease.Holder, len(docs))
 	for i, d := range docs {
@@ -336,11 +360,14 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 func holderFilter(f HolderFilter) bson.D {
 	filter := bson.D{}
 	for _, e := range []struct{ key, value string }{
-		{"_id", f.Token}, {"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
+		{"_id", f.Token}, {"pid", f.ID}, {"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
 	} {
 		if e.value != "" {
 			filter = append(filter, bson.E{Key: e.key, Value: e.value})
 		}
+	}
+	if len(f.ExcludeTenants) > 0 && f.Tenant == "" {
+		filter = append(filter, bson.E{Key: "tenant", Value: bson.D{{Key: "$nin", Value: f.ExcludeTenants}}})
 	}
 	if f.Pod != "" {
 		ns, name, _ := cutPod(f.Pod)

@@ -11,7 +11,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
-// TestListHoldersPage walks the holders of one tenant in pages: token order, no holder
+// TestListHoldersPage walks the holders of one tenant in pages: ID order, no holder
 // twice or missed, filters applied in the store, one round trip per page.
 func TestListHoldersPage(t *testing.T) {
 	var commands atomic.Int64
@@ -19,7 +19,7 @@ func TestListHoldersPage(t *testing.T) {
 	caps := allCaps(100, 100, 100, 100)
 	var want []string
 	for _, u := range []string{"u1", "u2", "u3", "u4", "u5"} {
-		want = append(want, mustAcquire(t, s, request("tex", "acme", "p1", u, caps)).Token)
+		want = append(want, mustAcquire(t, s, request("tex", "acme", "p1", u, caps)).ID)
 	}
 	other := mustAcquire(t, s, request("tex", "globex", "p1", "u1", caps))
 	mustAcquire(t, s, request("tex", "acme", "p2", "u1", caps))
@@ -39,13 +39,13 @@ func TestListHoldersPage(t *testing.T) {
 		}
 		pages++
 		for _, h := range hs {
-			got = append(got, h.Token)
+			got = append(got, h.ID)
 		}
 		if next == "" {
 			break
 		}
-		if next != hs[len(hs)-1].Token {
-			t.Errorf("next = %s, want the page's last token %s", next, hs[len(hs)-1].Token)
+		if next != hs[len(hs)-1].ID {
+			t.Errorf("next = %s, want the page's last ID %s", next, hs[len(hs)-1].ID)
 		}
 		after = next
 	}
@@ -56,7 +56,7 @@ func TestListHoldersPage(t *testing.T) {
 		t.Errorf("pages = %d, want 3", pages)
 	}
 
-	// Without a limit, one answer; by user; nothing after the last token.
+	// Without a limit, one answer; by user; nothing after the last ID.
 	all, next, err := s.ListHoldersPage(ctxT(t), leasestore.HolderFilter{User: "u1"}, "", 0)
 	if err != nil || next != "" || len(all) != 3 {
 		t.Errorf("user u1: %d holders, next %q, err %v; want 3, none, nil", len(all), next, err)
@@ -66,6 +66,6 @@ func TestListHoldersPage(t *testing.T) {
 	}
 	rest, next, err := s.ListHoldersPage(ctxT(t), f, want[len(want)-1], 2)
 	if err != nil || next != "" || len(rest) != 0 {
-		t.Errorf("after the last token: %d holders, next %q, err %v", len(rest), next, err)
+		t.Errorf("after the last ID: %d holders, next %q, err %v", len(rest), next, err)
 	}
 }

@@ -224,9 +224,13 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: "pod.uid", Value: 1}}},
 		{Keys: bson.D{{Key: "pod.namespace", Value: 1}, {Key: "pod.name", Value: 1}}},
 		{Keys: bson.D{{Key: "tenant", Value: 1}}},
+		{Keys: bson.D{{Key: "pid", Value: 1}}},
 	}
 	if _, err := s.holders.Indexes().CreateMany(ctx, holderIdx); err != nil {
 		return unavailable("creating holder indexes", err)
+	}
+	if err := s.backfillHolderIDs(ctx); err != nil {
+		return err
 	}
 	counterIdx := []mongo.IndexModel{
 		{Keys: bson.D{{Key: "resource", Value: 1}}},
@@ -286,7 +290,11 @@ type podDoc struct {
 
 // holderDoc is a document of resource_lease_holders.
 type holderDoc struct {
-	ID         string            `bson:"_id"`
+	ID string `bson:"_id"`
+	// PID is the public holder ID (lease.HolderID of ID), written with the holder so that
+	// get and revoke by ID need no more round trips than by token. Holders stored before
+	// IDs existed get it from EnsureIndexes.
+	PID        string            `bson:"pid,omitempty"`
 	State      string            `bson:"state"`
 	LeaseName  string            `bson:"leaseName"`
 	Resource   string            `bson:"resource"`
@@ -305,8 +313,13 @@ type holderDoc struct {
 }
 
 func (d holderDoc) holder() lease.Holder {
+	id := d.PID
+	if id == "" && d.ID != "" {
+		id = lease.HolderID(d.ID)
+	}
 	return lease.Holder{
 		Token:      d.ID,
+		ID:         id,
 		State:      lease.HolderState(d.State),
 		LeaseName:  d.LeaseName,
 		Resource:   d.Resource,
@@ -338,4 +351,22 @@ func replyDocs(reply bson.Raw) int {
 		return 1
 	}
 	return 0
+}
+
+// backfillHolderIDs writes the public ID onto holders stored without one (before IDs
+// existed, or by an older agent during an upgrade), so that get, revoke and paging by ID
+// find them. The ID is derived from the token, so replicas doing this at once agree.
+func (s *Store) backfillHolderIDs(ctx context.Context) error {
+	docs, err := s.findHolders(ctx, bson.D{{Key: "pid", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "_id", Value: 1}})
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		if _, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "pid", Value: lease.HolderID(d.ID)}}}}); err != nil {
+			return unavailable("writing holder IDs", err)
+		}
+	}
+	return nil
 }

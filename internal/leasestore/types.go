@@ -31,13 +31,18 @@ type AcquireRequest struct {
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.
 type HolderFilter struct {
-	// Token selects one holder.
-	Token    string
-	Tenant   string
-	Resource string
-	Type     string
-	Project  string
-	User     string
+	// Token selects one holder by its token.
+	Token string
+	// ID selects one holder by its public ID.
+	ID     string
+	Tenant string
+	// ExcludeTenants leaves out the holders of these tenants (the system namespace shows
+	// only tenants without a namespace of their own).
+	ExcludeTenants []string
+	Resource       string
+	Type           string
+	Project        string
+	User           string
 	// Pod is namespace/name.
 	Pod string
 }

@@ -266,7 +266,7 @@ func (s *Service) dispatch(ctx context.Context, reason string, holders []lease.H
 	if s.listener == nil {
 		for _, h := range holders {
 			log.Info("Reaped holder without a revocation listener", "reason", reason,
-				"token", h.Token, "type", h.Type, "resource", h.Resource, "pod", h.Pod.String())
+				"holder", h.ID, "type", h.Type, "resource", h.Resource, "pod", h.Pod.String())
 		}
 		return
 	}

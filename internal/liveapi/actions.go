@@ -96,7 +96,7 @@ func (s *podRevocationStorage) Create(ctx context.Context, obj runtime.Object, v
 	// Revoked holders go to their handlers even when a later delete failed.
 	handOver(ctx, a.deps, holders)
 	for _, h := range holders {
-		req.Revoked = append(req.Revoked, h.Token)
+		req.Revoked = append(req.Revoked, h.ID)
 		req.Holders = append(req.Holders, holderObject(h, a.views.namespacesOfTenant(h.Tenant)[0], a.deps.Pods))
 	}
 	if err != nil {

@@ -55,8 +55,8 @@ func TestOperatorActions(t *testing.T) {
 		t.Fatalf("operator revokes the manager pod's holders: %v", err)
 	}
 	revoked, _, _ := unstructured.NestedStringSlice(got.Object, "revoked")
-	if !slices.Contains(revoked, h.Token) {
-		t.Errorf("revoked %v, want it to contain %s", revoked, h.Token)
+	if !slices.Contains(revoked, h.ID) {
+		t.Errorf("revoked %v, want it to contain %s", revoked, h.ID)
 	}
 	if err := store.Touch(ctxT(t), h.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("check after revoke-pod: %v, want ErrLost", err)

@@ -12,14 +12,14 @@ const benchHolders = 1000
 
 // BenchmarkLiveAPI measures, through the real kube-apiserver and aggregation layer as a
 // cluster operator, listing a namespace of 1000 holders in pages of 500, getting one holder
-// by token and listing the namespace's counters with their caps: latency per operation,
+// by ID and listing the namespace's counters with their caps: latency per operation,
 // store round trips and definition resolutions per operation.
 func BenchmarkLiveAPI(b *testing.B) {
 	first := ""
 	for i := range benchHolders {
 		h := acquire(b, "bench", "bench", "u"+string(rune('a'+i%26)))
 		if i == 0 {
-			first = h.Token
+			first = h.ID
 		}
 	}
 	c := client(b, operator).Resource(holders).Namespace(nsBench)

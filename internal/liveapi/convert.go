@@ -29,7 +29,7 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 	obj := livev1alpha1.LeaseHolder{
 		TypeMeta: metav1.TypeMeta{APIVersion: livev1alpha1.GroupVersion.String(), Kind: "LeaseHolder"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:              h.Token,
+			Name:              h.ID,
 			Namespace:         ns,
 			CreationTimestamp: metav1.NewTime(h.AcquiredAt),
 			Labels:            holderLabels(h),
@@ -179,7 +179,9 @@ func equality(op selection.Operator, values []string) (string, bool) {
 func setFilter(f *leasestore.HolderFilter, field, v string) {
 	switch field {
 	case fieldName:
-		f.Token = v
+		if lease.ValidHolderID(v) {
+			f.ID = v
+		}
 	case fieldResource:
 		f.Resource = v
 	case fieldType:
@@ -199,19 +201,34 @@ func setFilter(f *leasestore.HolderFilter, field, v string) {
 	}
 }
 
-// continuePrefix versions the continue token.
-const continuePrefix = "h1:"
+// continuePrefix versions the continue token: h2 carries the namespace the list was
+// asked in and the last public holder ID of the page (h1 carried a token, and is refused).
+const continuePrefix = "h2:"
 
-func encodeContinue(after string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(continuePrefix + after))
+// encodeContinue makes the continue token of a page that ended at holder ID after, in
+// namespace ns ("" for all namespaces). It holds no token, only an ID the same request
+// showed or could have shown (the store was asked for that namespace's holders only).
+func encodeContinue(after, ns string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(continuePrefix + ns + "/" + after))
 }
 
-func decodeContinue(s string) (string, error) {
+// decodeContinue reads a continue token of encodeContinue, refusing one made in another
+// namespace.
+func decodeContinue(s, ns string) (string, error) {
+	bad := apierrors.NewBadRequest("invalid continue token; start the list again without it")
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || !strings.HasPrefix(string(b), continuePrefix) {
-		return "", apierrors.NewBadRequest("invalid continue token; start the list again without it")
+	if err != nil {
+		return "", bad
 	}
-	return strings.TrimPrefix(string(b), continuePrefix), nil
+	rest, ok := strings.CutPrefix(string(b), continuePrefix)
+	if !ok {
+		return "", bad
+	}
+	gotNS, after, ok := strings.Cut(rest, "/")
+	if !ok || gotNS != ns || !lease.ValidHolderID(after) {
+		return "", bad
+	}
+	return after, nil
 }
 
 // counterName is a counter's object name: <resource>.<level>[.<scope>], '/' in the scope

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -49,11 +50,16 @@ func (s *holderStorage) Categories() []string    { return []string{categoryLease
 // counters. (Not "lease": too close to the coordination Leases.)
 const categoryLease = "lease-live"
 
-// Get reads one holder by token; a holder that does not appear in the request's namespace
+// Get reads one holder by its public ID (never by token: docs/live-api.md, "Holder
+// IDs"); a holder that does not appear in the request's namespace
 // is NotFound, whoever asks.
 func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
 	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
-	h, err := s.deps.Store.GetHolder(ctx, name)
+	if !lease.ValidHolderID(name) {
+		// Not an ID (a token, say): no holder has this name, and the store is not asked.
+		return nil, apierrors.NewNotFound(holdersResource, name)
+	}
+	h, err := s.deps.Store.GetHolderByID(ctx, name)
 	switch {
 	case errors.Is(err, lease.ErrLost):
 		return nil, apierrors.NewNotFound(holdersResource, name)
@@ -68,8 +74,10 @@ func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 	return &obj, nil
 }
 
-// List reads one page of holders in token order (limit/continue), narrowed by the
-// request's namespace, label and field selectors.
+// List reads one page of holders in the order of their IDs (limit/continue), narrowed by
+// the request's namespace, label and field selectors. The store is asked only for holders
+// the namespace shows, so that the continue token (the last ID of the page) never names a
+// holder of another tenant.
 func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
 	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
 	list := &livev1alpha1.LeaseHolderList{Items: []livev1alpha1.LeaseHolder{}}
@@ -80,14 +88,21 @@ func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 	if err != nil {
 		return nil, err
 	}
-	if sc.kind == scopeTenant {
+	switch sc.kind {
+	case scopeTenant:
 		if sel.filter.Tenant != "" && sel.filter.Tenant != sc.tenant {
 			return list, nil // another tenant's holders never appear here
 		}
 		sel.filter.Tenant = sc.tenant
+	case scopeSystem:
+		namespaced := s.views.tenants.NamespacedTenants()
+		if slices.Contains(namespaced, sel.filter.Tenant) {
+			return list, nil // that tenant's holders appear in its own namespaces only
+		}
+		sel.filter.ExcludeTenants = namespaced
 	}
 	if o != nil && o.Continue != "" {
-		if sel.after, err = decodeContinue(o.Continue); err != nil {
+		if sel.after, err = decodeContinue(o.Continue, sc.namespace); err != nil {
 			return nil, err
 		}
 	}
@@ -108,7 +123,7 @@ func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 		}
 	}
 	if next != "" {
-		list.Continue = encodeContinue(next)
+		list.Continue = encodeContinue(next, sc.namespace)
 	}
 	return list, nil
 }
@@ -140,7 +155,10 @@ func (s *holderStorage) Delete(ctx context.Context, name string, validate rest.V
 	if sc.kind == scopeNone {
 		return nil, false, apierrors.NewNotFound(holdersResource, name)
 	}
-	h, ok, err := s.deps.Store.Revoke(ctx, name, tenant)
+	if !lease.ValidHolderID(name) {
+		return nil, false, apierrors.NewNotFound(holdersResource, name)
+	}
+	h, ok, err := s.deps.Store.RevokeByID(ctx, name, tenant)
 	if ok {
 		// Deleted is revoked: the handler runs even if returning the levels failed.
 		s.revoked(ctx, []lease.Holder{h})
@@ -170,7 +188,7 @@ func handOver(ctx context.Context, d Deps, holders []lease.Holder) {
 		log = log.WithValues("user", u.GetName())
 	}
 	for _, h := range holders {
-		log.Info("Revoked a lease through the live API", "token", h.Token, "tenant", h.Tenant,
+		log.Info("Revoked a lease through the live API", "holder", h.ID, "tenant", h.Tenant,
 			"resource", h.Resource, "type", h.Type, "pod", h.Pod.String(), "podBound", h.PodBound)
 	}
 	if d.Listener == nil {

@@ -57,7 +57,7 @@ func TestKubectl(t *testing.T) {
 		t.Errorf("header = %q, want %q", got, wantHeader)
 	}
 	row := fields(lines[1])
-	wantRow := []string{h.Token, res, "p1", "u1", "tex", self.String(), "True", string(lease.StateHeld)}
+	wantRow := []string{h.ID, res, "p1", "u1", "tex", self.String(), "True", string(lease.StateHeld)}
 	if len(row) != len(wantHeader) || strings.Join(row[:len(wantRow)], " ") != strings.Join(wantRow, " ") || row[10] != "60m" {
 		t.Errorf("row = %q, want %q then age, idle, TTL 60m", row, wantRow)
 	}
@@ -73,9 +73,9 @@ func TestKubectl(t *testing.T) {
 		t.Errorf("wide row = %q, want tenant acme and lease %s", row, res)
 	}
 
-	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "leaseholder", h.Token, "-o", "yaml")
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "leaseholder", h.ID, "-o", "yaml")
 	for _, want := range []string{
-		"apiVersion: live.lease.vancetope.io/v1alpha1", "kind: LeaseHolder", "name: " + h.Token,
+		"apiVersion: live.lease.vancetope.io/v1alpha1", "kind: LeaseHolder", "name: " + h.ID,
 		"namespace: acme", "tenant: acme", "resource: " + res, "state: HELD", "podAlive: \"True\"",
 		"live.lease.vancetope.io/user: u1",
 	} {
@@ -97,17 +97,17 @@ func TestKubectl(t *testing.T) {
 	}
 
 	// Bob may not delete in acme; alice may.
-	_, errOut, err = kubectl(t, bobFile, "-n", nsAcme, "delete", "leaseholder", h.Token)
+	_, errOut, err = kubectl(t, bobFile, "-n", nsAcme, "delete", "leaseholder", h.ID)
 	if err == nil || !strings.Contains(errOut, "forbidden") {
 		t.Errorf("bob deletes in acme: err %v, stderr %q; want forbidden", err, errOut)
 	}
 	// A server-side dry run answers and changes nothing.
-	mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.Token, "--dry-run=server")
+	mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.ID, "--dry-run=server")
 	if err := store.Touch(ctxT(t), h.Token); err != nil {
 		t.Fatalf("holder after a dry-run delete: %v, want held", err)
 	}
-	out = mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.Token)
-	if want := `leaseholder.live.lease.vancetope.io "` + h.Token + `" deleted`; strings.TrimSpace(out) != want {
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "delete", "leaseholder", h.ID)
+	if want := `leaseholder.live.lease.vancetope.io "` + h.ID + `" deleted`; strings.TrimSpace(out) != want {
 		t.Errorf("kubectl delete printed %q, want %q", out, want)
 	}
 	if err := store.Touch(ctxT(t), h.Token); !errors.Is(err, lease.ErrLost) {

@@ -95,7 +95,7 @@ func TestTenantsSeeOnlyTheirNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("alice lists acme: %v", err)
 	}
-	if d := cmp.Diff(sorted(nsAcme+"/"+a1.Token, nsAcme+"/"+a2.Token), got); d != "" {
+	if d := cmp.Diff(sorted(nsAcme+"/"+a1.ID, nsAcme+"/"+a2.ID), got); d != "" {
 		t.Errorf("alice's holders in acme (-want +got):\n%s", d)
 	}
 	for _, ns := range []string{nsGlobex, systemNS} {
@@ -110,7 +110,7 @@ func TestTenantsSeeOnlyTheirNamespace(t *testing.T) {
 		t.Errorf("alice lists all namespaces: err = %v, want Forbidden", err)
 	}
 	// A holder of another tenant does not exist in acme, whatever its token.
-	if _, err := client(t, alice).Resource(holders).Namespace(nsAcme).Get(ctxT(t), g1.Token, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := client(t, alice).Resource(holders).Namespace(nsAcme).Get(ctxT(t), g1.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("alice gets globex's holder through acme: err = %v, want NotFound", err)
 	}
 	cs, err := client(t, alice).Resource(counters).Namespace(nsAcme).List(ctxT(t), metav1.ListOptions{LabelSelector: sel})
@@ -134,7 +134,7 @@ func TestTenantsSeeOnlyTheirNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("operator lists all: %v", err)
 	}
-	want := sorted(nsAcme+"/"+a1.Token, nsAcme+"/"+a2.Token, nsGlobex+"/"+g1.Token, systemNS+"/"+o1.Token)
+	want := sorted(nsAcme+"/"+a1.ID, nsAcme+"/"+a2.ID, nsGlobex+"/"+g1.ID, systemNS+"/"+o1.ID)
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("operator's holders (-want +got):\n%s", d)
 	}
@@ -159,20 +159,27 @@ func TestDeleteRevokes(t *testing.T) {
 	g1 := acquire(t, "globex", res, "u1")
 	before := promtestutil.ToFloat64(reaps.Reap.WithLabelValues("revoke"))
 
-	err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), g1.Token, metav1.DeleteOptions{})
+	err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), g1.ID, metav1.DeleteOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("alice deletes globex's holder through acme: err = %v, want NotFound", err)
 	}
 	if err := store.Touch(ctxT(t), g1.Token); err != nil {
 		t.Errorf("globex's holder after alice's delete: %v, want held", err)
 	}
-	err = client(t, alice).Resource(holders).Namespace(nsGlobex).Delete(ctxT(t), g1.Token, metav1.DeleteOptions{})
+	err = client(t, alice).Resource(holders).Namespace(nsGlobex).Delete(ctxT(t), g1.ID, metav1.DeleteOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("alice deletes in globex: err = %v, want Forbidden", err)
 	}
 
-	if err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.Token, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("alice revokes her holder: %v", err)
+	// The token is no name: deleting by it finds nothing and revokes nothing.
+	if err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.Token, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("alice deletes by token: err = %v, want NotFound", err)
+	}
+	if err := store.Touch(ctxT(t), a1.Token); err != nil {
+		t.Fatalf("holder after a delete by token: %v, want held", err)
+	}
+	if err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.ID, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("alice revokes her holder by its ID: %v", err)
 	}
 	if err := store.Touch(ctxT(t), a1.Token); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("check after revoke: %v, want ErrLost", err)
@@ -196,18 +203,18 @@ func TestDeleteRevokes(t *testing.T) {
 			t.Errorf("counter %s = %d after the revoke, want 0", c.Key, c.Count)
 		}
 	}
-	if err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.Token, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+	if err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.ID, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("second delete: err = %v, want NotFound", err)
 	}
 }
 
-// TestListPages: limit and continue walk a tenant's holders in token order without
+// TestListPages: limit and continue walk a tenant's holders in ID order without
 // repeating or skipping one.
 func TestListPages(t *testing.T) {
 	res := "pages"
 	var want []string
 	for i := range 5 {
-		want = append(want, nsAcme+"/"+acquire(t, "acme", res, "u"+string(rune('a'+i))).Token)
+		want = append(want, nsAcme+"/"+acquire(t, "acme", res, "u"+string(rune('a'+i))).ID)
 	}
 	slices.Sort(want)
 	var got []string

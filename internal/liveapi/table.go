@@ -15,7 +15,7 @@ import (
 
 // Columns of `kubectl get leaseholders`; priority 1 columns appear with -o wide only.
 var holderColumns = []metav1.TableColumnDefinition{
-	{Name: "Name", Type: "string", Format: "name", Description: "The holder's token."},
+	{Name: "Name", Type: "string", Format: "name", Description: "The holder's public ID (never its token)."},
 	{Name: "Resource", Type: "string", Description: "The resource the lease books."},
 	{Name: "Project", Type: "string", Description: "The logical project ID."},
 	{Name: "User", Type: "string", Description: "The logical user ID."},

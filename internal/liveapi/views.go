@@ -18,10 +18,10 @@ import (
 
 // Store is the part of the lease store the live API uses (*leasestore.Store).
 type Store interface {
-	GetHolder(ctx context.Context, token string) (lease.Holder, error)
+	GetHolderByID(ctx context.Context, id string) (lease.Holder, error)
 	ListHoldersPage(ctx context.Context, f leasestore.HolderFilter, after string, limit int) ([]lease.Holder, string, error)
 	ListCounters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error)
-	Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error)
+	RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error)
 	RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error)
 	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
 }

@@ -1,6 +1,7 @@
 package liveapi
 
 import (
+	"encoding/base64"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -78,13 +79,22 @@ func TestCounterNames(t *testing.T) {
 }
 
 func TestContinueTokens(t *testing.T) {
-	tok, err := decodeContinue(encodeContinue("0123abcd"))
-	if err != nil || tok != "0123abcd" {
-		t.Errorf("round trip = %q, %v", tok, err)
+	id := lease.HolderID("0123456789abcdef0123456789abcdef")
+	got, err := decodeContinue(encodeContinue(id, "acme"), "acme")
+	if err != nil || got != id {
+		t.Errorf("round trip = %q, %v", got, err)
 	}
-	for _, bad := range []string{"!!", "aGVsbG8", encodeContinue("x")[:2]} {
-		if _, err := decodeContinue(bad); err == nil {
-			t.Errorf("decodeContinue(%q) accepted", bad)
+	for name, bad := range map[string]string{
+		"not base64":         "!!",
+		"no prefix":          "aGVsbG8",
+		"cut":                encodeContinue(id, "acme")[:2],
+		"another namespace":  encodeContinue(id, "globex"),
+		"a token (h1)":       base64.RawURLEncoding.EncodeToString([]byte("h1:0123456789abcdef0123456789abcdef")),
+		"a token after h2":   encodeContinue("0123456789abcdef0123456789abcdef", "acme"),
+		"all namespaces one": encodeContinue(id, ""),
+	} {
+		if _, err := decodeContinue(bad, "acme"); err == nil {
+			t.Errorf("%s: decodeContinue(%q) accepted", name, bad)
 		}
 	}
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// HolderView is a holder as the operator's tools show it.
+// HolderView is a holder as the operator's tools show it: named by its public ID, never
+// by its token (docs/live-api.md, "Holder IDs").
 type HolderView struct {
-	Token     string `json:"token"`
+	ID        string `json:"id"`
 	State     string `json:"state"`
 	Lease     string `json:"lease"`
 	Resource  string `json:"resource"`
@@ -39,7 +40,7 @@ func HolderViewOf(h lease.Holder) HolderView {
 		levels = []string{}
 	}
 	return HolderView{
-		Token:      h.Token,
+		ID:         h.ID,
 		State:      string(h.State),
 		Lease:      h.LeaseName,
 		Resource:   h.Resource,

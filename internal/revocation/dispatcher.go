@@ -193,7 +193,7 @@ func (d *Dispatcher) Revoked(ctx context.Context, reason string, holders []lease
 		default:
 			d.dropped.Inc()
 			logr.FromContextOrDiscard(ctx).Error(nil, "Revocation queue full, handler not dispatched",
-				"token", h.Token, "type", h.Type, "resource", h.Resource, "reason", reason, "pod", h.Pod.String())
+				"holder", h.ID, "type", h.Type, "resource", h.Resource, "reason", reason, "pod", h.Pod.String())
 		}
 	}
 }
@@ -254,7 +254,7 @@ func (d *Dispatcher) NeedLeaderElection() bool { return false }
 func (d *Dispatcher) dispatch(ctx context.Context, it item) {
 	h := it.holder
 	start := d.clock.Now()
-	log := d.log.WithValues("token", h.Token, "type", h.Type, "resource", h.Resource,
+	log := d.log.WithValues("holder", h.ID, "type", h.Type, "resource", h.Resource,
 		"reason", it.reason, "pod", h.Pod.String(), "podBound", h.PodBound)
 	ctx, cancel := contextWithTimeout(ctx, d.timeout)
 	defer cancel()
@@ -329,7 +329,7 @@ func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, u
 	ref := &corev1.ObjectReference{
 		Kind: "Pod", APIVersion: "v1", Namespace: h.Pod.Namespace, Name: h.Pod.Name, UID: types.UID(h.Pod.UID),
 	}
-	subject := fmt.Sprintf("Lease %s (type %s, resource %s)", shortToken(h.Token), h.Type, h.Resource)
+	subject := fmt.Sprintf("Lease %s (type %s, resource %s)", h.ID, h.Type, h.Resource)
 	if err != nil {
 		d.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventReasonRevocationFailed, actionVerb(action),
 			"%s revoked (%s): %s", subject, reason, lease.Clip(err.Error(), 512))
@@ -366,13 +366,6 @@ func actionVerb(a Action) string {
 }
 
 // shortToken shows a token's prefix only: Events are readable by everyone in the namespace.
-func shortToken(t string) string {
-	if len(t) > 8 {
-		return t[:8] + "…"
-	}
-	return t
-}
-
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
 		return context.WithCancel(ctx)

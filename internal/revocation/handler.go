@@ -25,7 +25,11 @@ const (
 
 // Revocation is one revoked holder, as a handler sees it.
 type Revocation struct {
-	Token     string
+	// Token is the holder's secret, for what must reach the holder itself (the notify
+	// long-poll, the forward to its pod's agent); logs and Events name HolderID.
+	Token string
+	// HolderID is the public holder ID (lease.HolderID of Token).
+	HolderID  string
 	Type      string
 	Resource  string
 	LeaseName string
@@ -43,6 +47,7 @@ type Revocation struct {
 func FromHolder(h lease.Holder, reason string, site Site) Revocation {
 	return Revocation{
 		Token:     h.Token,
+		HolderID:  holderID(h),
 		Type:      h.Type,
 		Resource:  h.Resource,
 		LeaseName: h.LeaseName,
@@ -114,4 +119,12 @@ func (r *Registry) Types() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Sorted(maps.Keys(r.handlers))
+}
+
+// holderID is h's public ID, derived when h came without one.
+func holderID(h lease.Holder) string {
+	if h.ID != "" {
+		return h.ID
+	}
+	return lease.HolderID(h.Token)
 }

@@ -91,7 +91,7 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		Eventually(published(f.selfHub, h.Token)).Should(HaveField("Reason", "revoke"))
 		Expect(published(f.agent.hub, h.Token)()).To(noEvent)
 		Eventually(podEvents(ctx, f.ns, f.self.Name)).Should(ContainElement(
-			MatchRegexp(`^LeaseRevoked/RunHandler: Lease \w{8}… \(type tex, resource tex2pdf\) revoked \(revoke\): handler ran in this pod$`)))
+			MatchRegexp(`^LeaseRevoked/RunHandler: Lease lh-[0-9a-f]{24} \(type tex, resource tex2pdf\) revoked \(revoke\): handler ran in this pod$`)))
 		Expect(f.reaps("revoke")).To(Equal(1.0))
 	})
 

@@ -130,6 +130,14 @@ func (m *Informed) NamespacesOf(tenant string) []string {
 	return out
 }
 
+// NamespacedTenants implements Map.
+func (m *Informed) NamespacedTenants() []string {
+	out := slices.Clone(m.informer.GetIndexer().ListIndexFuncValues(informerIndex))
+	out = slices.DeleteFunc(out, func(t string) bool { return t == "" })
+	slices.Sort(out)
+	return out
+}
+
 func (m *Informed) handler() toolscache.ResourceEventHandler {
 	return changeHandler(func(namespace string) {
 		m.mu.Lock()

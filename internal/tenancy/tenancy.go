@@ -24,6 +24,8 @@ type Map interface {
 	TenantOf(namespace string) (tenant string, ok bool)
 	// NamespacesOf returns the namespaces of a tenant, sorted; empty if none.
 	NamespacesOf(tenant string) []string
+	// NamespacedTenants returns the tenants that have at least one namespace, sorted.
+	NamespacedTenants() []string
 }
 
 // Static is a fixed Map, for tests and for processes that do not watch namespaces.
@@ -51,6 +53,18 @@ func (s Static) NamespacesOf(tenant string) []string {
 	for ns, t := range s.Tenants {
 		if t == tenant && tenant != "" {
 			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NamespacedTenants implements Map.
+func (s Static) NamespacedTenants() []string {
+	var out []string
+	for _, t := range s.Tenants {
+		if t != "" && !slices.Contains(out, t) {
+			out = append(out, t)
 		}
 	}
 	slices.Sort(out)

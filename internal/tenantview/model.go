@@ -11,7 +11,7 @@ import (
 
 // Holder is one live holder as the view shows it (a LeaseHolder of the live API).
 type Holder struct {
-	// Name is the object's name: the holder's token.
+	// Name is the object's name: the holder's public ID (the live API never shows a token).
 	Name     string
 	Lease    string
 	Resource string

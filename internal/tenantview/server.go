@@ -327,7 +327,7 @@ func (s *Server) takeFlash(w http.ResponseWriter, r *http.Request) *flash {
 	return &flash{Kind: kind, Holder: holder}
 }
 
-// validHolderName accepts what can be a leaseholder's name (a token): an object name.
+// validHolderName accepts what can be a leaseholder's name (a public holder ID): an object name.
 func validHolderName(name string) bool {
 	return name != "" && len(validation.IsDNS1123Subdomain(name)) == 0
 }

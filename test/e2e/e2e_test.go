@@ -176,13 +176,14 @@ var _ = Describe("The lease system", func() {
 		revoked := decode[struct {
 			Revoked bool `json:"revoked"`
 			Holder  struct {
-				Token  string `json:"token"`
+				ID     string `json:"id"`
 				Pod    string `json:"pod"`
 				PodUID string `json:"podUID"`
 			} `json:"holder"`
 		}](Default, r)
 		Expect(revoked.Revoked).To(BeTrue())
-		Expect(revoked.Holder.Token).To(Equal(l.Token))
+		Expect(revoked.Holder.ID).To(Equal(lease.HolderID(l.Token)))
+		Expect(string(r.Body)).NotTo(ContainSubstring(l.Token), "the admin API shows no token")
 		Expect(revoked.Holder.Pod).To(Equal(namespace + "/" + appPodName))
 		Expect(revoked.Holder.PodUID).To(Equal(appPod.UID))
 
@@ -339,7 +340,8 @@ var _ = Describe("The lease system", func() {
 			Eventually(func(g Gomega) []corev1.Event { return revocationEvents(g, podName) }).
 				Should(ContainElement(SatisfyAll(
 					HaveField("Action", "Release"),
-					HaveField("Message", ContainSubstring(held.Token[:8])),
+					HaveField("Message", ContainSubstring(lease.HolderID(held.Token))),
+					HaveField("Message", Not(ContainSubstring(held.Token[:8]))),
 					HaveField("Message", ContainSubstring("(pod)")),
 				)))
 			expectAtRest(tenant)

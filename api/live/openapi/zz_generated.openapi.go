@@ -278,7 +278,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref common.ReferenceCal
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "LeaseHolder is one live lease: a slot booked on a resource at every capped level. Its name is the holder's token. Deleting it revokes the lease.",
+				Description: "LeaseHolder is one live lease: a slot booked on a resource at every capped level. Its name is the holder's public ID (\"lh-\" and 24 hex digits), derived from the token but no way back to it: the token, which releases the lease, is never shown. Deleting it revokes the lease.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -297,7 +297,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref common.ReferenceCal
 					},
 					"metadata": {
 						SchemaProps: spec.SchemaProps{
-							Description: "metadata: name is the token, creationTimestamp the acquisition time.",
+							Description: "metadata: name is the public holder ID, creationTimestamp the acquisition time.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
 						},
@@ -605,7 +605,7 @@ func schema_lease_operator_api_live_v1alpha1_PodRevocation(ref common.ReferenceC
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "revoked are the tokens revoked (filled in by the server).",
+							Description: "revoked are the public IDs of the holders revoked (filled in by the server).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

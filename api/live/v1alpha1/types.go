@@ -22,11 +22,13 @@ const (
 const FieldCounterTenant = "tenant"
 
 // LeaseHolder is one live lease: a slot booked on a resource at every capped level. Its
-// name is the holder's token. Deleting it revokes the lease.
+// name is the holder's public ID ("lh-" and 24 hex digits), derived from the token but no
+// way back to it: the token, which releases the lease, is never shown. Deleting it revokes
+// the lease.
 // +kubebuilder:object:root=true
 type LeaseHolder struct {
 	metav1.TypeMeta `json:",inline"`
-	// metadata: name is the token, creationTimestamp the acquisition time.
+	// metadata: name is the public holder ID, creationTimestamp the acquisition time.
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is what the holder asked for.
@@ -177,7 +179,7 @@ type PodRevocation struct {
 	PodNamespace string `json:"podNamespace"`
 	// podName is the name of the pod.
 	PodName string `json:"podName"`
-	// revoked are the tokens revoked (filled in by the server).
+	// revoked are the public IDs of the holders revoked (filled in by the server).
 	// +optional
 	// +listType=atomic
 	Revoked []string `json:"revoked,omitempty"`

@@ -155,7 +155,7 @@ func (h TexHandler) OnRevoked(ctx context.Context, r revocation.Revocation) erro
 		publish(h.Hub, r)
 		return nil
 	}
-	logr.FromContextOrDiscard(ctx).V(1).Info("Tex job cannot be cancelled, it expires server-side", "token", r.Token)
+	logr.FromContextOrDiscard(ctx).V(1).Info("Tex job cannot be cancelled, it expires server-side", "holder", r.HolderID)
 	return nil
 }
 
@@ -196,7 +196,7 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation)
 	endpoint, session := r.Payload[PayloadEndpoint], r.Payload[PayloadSessionID]
 	if endpoint == "" || session == "" {
 		// Revoked before the payload update: the session was never initialised.
-		log.V(1).Info("MCP payload has no endpoint or session, nothing to delete", "token", r.Token)
+		log.V(1).Info("MCP payload has no endpoint or session, nothing to delete", "holder", r.HolderID)
 		return nil
 	}
 	u, err := parseHTTPURL(endpoint)
@@ -233,7 +233,7 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation)
 	default:
 		return fmt.Errorf("deleting MCP session at %s: %s", target.Redacted(), resp.Status)
 	}
-	log.Info("Deleted MCP session of dead holder pod", "token", r.Token, "endpoint", target.Redacted(), "status", resp.StatusCode)
+	log.Info("Deleted MCP session of dead holder pod", "holder", r.HolderID, "endpoint", target.Redacted(), "status", resp.StatusCode)
 	return nil
 }
 
