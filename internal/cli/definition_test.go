@@ -32,7 +32,21 @@ func (m memSource) Layers(_ context.Context, key definition.LayerKey) ([]definit
 	return m[key], nil
 }
 
+func (m memSource) SystemLayers(context.Context) ([]definition.Layer, error) {
+	var out []definition.Layer
+	for k, docs := range m {
+		if k.Kind() == definition.KindSystem {
+			out = append(out, docs...)
+		}
+	}
+	return out, nil
+}
+
 type failingSource struct{ err error }
+
+func (f failingSource) SystemLayers(context.Context) ([]definition.Layer, error) {
+	return nil, f.err
+}
 
 func (f failingSource) Layers(context.Context, definition.LayerKey) ([]definition.Layer, error) {
 	return nil, f.err
