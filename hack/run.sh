@@ -8,7 +8,8 @@
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
 # that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
-# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), SYSTEM_NAMESPACE
+# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), LEASE_INTERNAL_SECRET
+# (internal secret of forwarded revocations, default a random one per run), SYSTEM_NAMESPACE
 # (default lease-system; docs/tenancy.md), LIVE_API_PORT (the live API, registered with the
 # local control plane's aggregation layer; default 8444).
 set -euo pipefail
@@ -58,6 +59,9 @@ fi
 
 # A development secret for the operator API, so that kubectl lease can revoke and sweep.
 export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
+# The internal secret of forwarded revocations (unsigned ones are refused): a fresh random
+# one per run unless given (docs/security.md).
+export LEASE_INTERNAL_SECRET=${LEASE_INTERNAL_SECRET:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 cat <<TXT
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'

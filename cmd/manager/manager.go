@@ -102,6 +102,13 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
+	if f.store.secret == "" {
+		// Unsigned revocations are refused everywhere: without a flag, every replica shares
+		// one generated secret stored in the system namespace.
+		if f.store.secret, err = ensureInternalSecret(ctx, mgr.GetConfig(), f.tenancy.systemNamespace); err != nil {
+			return err
+		}
+	}
 	wt := newWaiting()
 	store, closeStore, err := setupStore(f.store, append(wt.storeOptions(), leasestore.WithSafetyMargin(f.reconcileSafety))...)
 	if err != nil {
