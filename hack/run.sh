@@ -10,7 +10,8 @@
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
 # that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
-# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), SYSTEM_NAMESPACE
+# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), LEASE_INTERNAL_SECRET
+# (internal secret of forwarded revocations, default a random one per run), SYSTEM_NAMESPACE
 # (default lease-system; docs/tenancy.md), LIVE_API_PORT (the live API, registered with the
 # local control plane's aggregation layer; default 8444).
 set -euo pipefail
@@ -63,6 +64,9 @@ fi
 
 # A development secret for the operator API, so that kubectl lease can revoke and sweep.
 export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
+# The internal secret of forwarded revocations (unsigned ones are refused): a fresh random
+# one per run unless given (docs/security.md).
+export LEASE_INTERNAL_SECRET=${LEASE_INTERNAL_SECRET:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 # The manager's log goes to a file until it is ready, then follows the lines to paste.
 "$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
   --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel \

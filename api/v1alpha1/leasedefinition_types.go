@@ -41,6 +41,11 @@ const (
 	// layer outside the system namespace, or a tenant's layer outside that tenant's
 	// namespaces); the object takes part in no merge and no conflict (docs/tenancy.md).
 	ReasonNamespaceNotPermitted = "NamespaceNotPermitted"
+	// ReasonCapNotPermitted: the object, a tenant layer, would book a resource against a cap
+	// above the one the system layer sets for that resource, or move a lease the system layer
+	// caps to another resource (docs/tenancy.md, "Caps belong to the resource"); the scopes
+	// that use it are unavailable.
+	ReasonCapNotPermitted = "CapNotPermitted"
 )
 
 // Reasons of the FieldsIgnored condition.

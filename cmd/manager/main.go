@@ -50,7 +50,7 @@ func (s *storeFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&s.defaultsDir, "defaults-dir", "",
 		"Directory of built-in lease definition files <name>.yaml that extend the compiled-in ones.")
 	fs.StringVar(&s.secret, "internal-secret", os.Getenv(settings.EnvInternalSecret),
-		"Shared secret of the internal revocation endpoints (env LEASE_INTERNAL_SECRET); empty disables the check.")
+		"Shared secret of the internal revocation endpoints (env LEASE_INTERNAL_SECRET). Empty: the manager uses the Secret lease-internal-secret of the system namespace, creating it once; an agent without a key refuses every forward.")
 }
 
 // parse parses args with zap's flags added and installs the logger.

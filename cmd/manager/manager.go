@@ -44,6 +44,7 @@ import (
 type managerFlags struct {
 	store           storeFlags
 	adminSecret     string
+	mcpEndpoints    string
 	metricsAddr     string
 	metricsSecure   bool
 	probeAddr       string
@@ -66,6 +67,8 @@ type managerFlags struct {
 func (f *managerFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
 	f.tenancy.bind(fs, false)
+	fs.StringVar(&f.mcpEndpoints, "mcp-endpoints", "",
+		"Comma-separated MCP endpoints (http(s) URLs) the reaper may send a session DELETE to; a tenant's Secret supplies credentials for these only. Empty: none (docs/security.md).")
 	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv(settings.EnvAdminSecret),
 		"Bearer secret of the operator API /internal/lease/admin/... (env LEASE_ADMIN_SECRET); empty disables it.")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -105,6 +108,13 @@ func runManager(args []string) error {
 	mgr, err := setupManager(f)
 	if err != nil {
 		return err
+	}
+	if f.store.secret == "" {
+		// Unsigned revocations are refused everywhere: without a flag, every replica shares
+		// one generated secret stored in the system namespace.
+		if f.store.secret, err = ensureInternalSecret(ctx, mgr.GetConfig(), f.tenancy.systemNamespace); err != nil {
+			return err
+		}
 	}
 	wt := newWaiting()
 	store, closeStore, err := setupStore(f.store, append(wt.storeOptions(), leasestore.WithSafetyMargin(f.reconcileSafety))...)
@@ -211,7 +221,7 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 	}
 	m := metrics.Default()
 	hub := notify.NewHub(eventsKeep, realClock)
-	registry := handlers.NewDefaultRegistry(hub, handlers.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil)
+	registry := handlers.NewDefaultRegistry(hub, handlers.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil, splitList(f.mcpEndpoints)...)
 	dispatcher := revocation.NewDispatcher(watcher, self, registry,
 		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
 		revocation.WithRecorder(mgr.GetEventRecorder("lease-operator")),

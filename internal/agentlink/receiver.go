@@ -61,7 +61,8 @@ func WithHolderCheck(f HeldFunc) ReceiverOption { return func(r *Receiver) { r.h
 type ReceiverOption func(*Receiver)
 
 // WithAgentKey requires the X-Lease-Signature header to be the body's HMAC under key, the
-// namespace's AgentKey (empty: no check). The agent port is reachable from the whole pod
+// namespace's AgentKey. Without a key (or with an empty one) every message is refused:
+// unsigned revocations are never accepted (docs/security.md). The agent port is reachable from the whole pod
 // network; the signature (with the holder check) keeps anybody there from making an app
 // believe its lease was revoked.
 func WithAgentKey(key string) ReceiverOption { return func(r *Receiver) { r.key = key } }
@@ -98,7 +99,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
 		return
 	}
-	if rc.key != "" && !hmac.Equal([]byte(req.Header.Get(SignatureHeader)), []byte(sign(rc.key, body))) {
+	// No key means no way to tell a reaper from anybody on the pod network: refuse
+	// everything (fail closed; the sender falls back to the dead path).
+	if rc.key == "" || !hmac.Equal([]byte(req.Header.Get(SignatureHeader)), []byte(sign(rc.key, body))) {
 		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized, "missing or wrong "+SignatureHeader)
 		return
 	}
@@ -164,5 +167,40 @@ func decodeMessage(body []byte) (Message, error) {
 	case msg.Pod.Name == "" || msg.Pod.Namespace == "":
 		return msg, errors.New("pod: namespace and name required")
 	}
-	return msg, nil
+	return msg, checkSizes(msg)
+}
+
+// Size limits of a message's fields: a signed message comes from a reaper, but the
+// receiver bounds what it hands to handlers and the notify hub all the same.
+const (
+	maxTypeLen     = 63
+	maxNameLen     = 253 // resource, lease name, pod namespace, name and UID
+	maxHolderRef   = 512
+	maxPayloadKeys = 32
+	maxPayloadLen  = 4096 // one payload key or value
+)
+
+func checkSizes(msg Message) error {
+	for _, f := range []struct {
+		name string
+		v    string
+		max  int
+	}{
+		{"type", msg.Type, maxTypeLen}, {"resource", msg.Resource, maxNameLen}, {"leaseName", msg.LeaseName, maxNameLen},
+		{"holderRef", msg.HolderRef, maxHolderRef}, {"pod.namespace", msg.Pod.Namespace, maxNameLen},
+		{"pod.name", msg.Pod.Name, maxNameLen}, {"pod.uid", msg.Pod.UID, maxNameLen},
+	} {
+		if len(f.v) > f.max {
+			return fmt.Errorf("%s: longer than %d bytes", f.name, f.max)
+		}
+	}
+	if len(msg.Payload) > maxPayloadKeys {
+		return fmt.Errorf("payload: more than %d keys", maxPayloadKeys)
+	}
+	for k, v := range msg.Payload {
+		if len(k) > maxPayloadLen || len(v) > maxPayloadLen {
+			return fmt.Errorf("payload: a key or value longer than %d bytes", maxPayloadLen)
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -58,6 +59,8 @@ func TestReceiver(t *testing.T) {
 		"unknown type":                    {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "browser" }), status: 400, errCode: httpjson.CodeInvalid},
 		"another pod (IP reused)":         {body: msgBody(valid, func(m *agentlink.Message) { m.Pod.UID = "uid-old" }), status: 409, errCode: agentlink.ErrCodeNotHolderPod},
 		"handler fails":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "broken" }), status: 500, errCode: agentlink.ErrCodeHandler},
+		"resource too long":               {body: msgBody(valid, func(m *agentlink.Message) { m.Resource = strings.Repeat("r", 1000) }), status: 400, errCode: httpjson.CodeInvalid},
+		"payload value too long":          {body: msgBody(valid, func(m *agentlink.Message) { m.Payload = map[string]string{"k": strings.Repeat("v", 5000)} }), status: 400, errCode: httpjson.CodeInvalid},
 		"oversized":                       {body: func() string { return `{"token":"` + strings.Repeat("x", 70<<10) + `"}` }, status: 400, errCode: httpjson.CodeInvalid},
 	}
 	for name, tc := range cases {
@@ -106,6 +109,38 @@ func TestReceiver(t *testing.T) {
 				if diff := cmp.Diff(notify.Event{Token: "tok", Reason: "idle", Type: "tex", Resource: "tex2pdf"}, ev, cmpIgnoreAt); diff != "" {
 					t.Errorf("event (-want +got):\n%s", diff)
 				}
+			}
+		})
+	}
+}
+
+// TestForgedFloodDoesNotGrowTheHub is issue 26's second reproduction: 1 500 unsigned POSTs
+// with a large resource each. A receiver without a key (the shipped configuration without
+// --internal-secret used to accept them) and one with a key both refuse every one, and the
+// hub stays empty.
+func TestForgedFloodDoesNotGrowTheHub(t *testing.T) {
+	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	for name, opts := range map[string][]agentlink.ReceiverOption{
+		"no key":   nil,
+		"with key": {agentlink.WithAgentKey("right")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hub := notify.NewHub(5*time.Minute, clock.RealClock{})
+			rc := agentlink.NewReceiver(self, handlers.NewDefaultRegistry(hub, nil, nil), opts...)
+			big := strings.Repeat("r", 60<<10)
+			for i := range 1500 {
+				b := msgBody(func() agentlink.Message {
+					return agentlink.Message{Token: fmt.Sprintf("forged-%d", i), Type: "tex", Resource: big, Reason: "revoke",
+						Pod: agentlink.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
+				}, nil)()
+				rec := httptest.NewRecorder()
+				rc.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, strings.NewReader(b)))
+				if rec.Code != http.StatusUnauthorized {
+					t.Fatalf("forged message %d: status %d, want 401: %s", i, rec.Code, rec.Body)
+				}
+			}
+			if n := hub.Len(); n != 0 {
+				t.Errorf("hub keeps %d events (%d bytes) after the flood, want 0", n, hub.Bytes())
 			}
 		})
 	}
@@ -225,9 +260,12 @@ func TestReceiverConfirmsWithTheStore(t *testing.T) {
 				agentlink.WithHolderCheck(func(_ context.Context, token string) (bool, error) {
 					asked = token
 					return tc.held, tc.err
-				}))
+				}), agentlink.WithAgentKey("k"))
 			rec := httptest.NewRecorder()
-			rc.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, strings.NewReader(msgBody(msg, nil)())))
+			b := msgBody(msg, nil)()
+			req := httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, strings.NewReader(b))
+			req.Header.Set(agentlink.SignatureHeader, hmacHex("k", b))
+			rc.ServeHTTP(rec, req)
 			if rec.Code != tc.status || asked != "tok" {
 				t.Fatalf("status %d (asked about %q), want %d: %s", rec.Code, asked, tc.status, rec.Body)
 			}

@@ -68,20 +68,8 @@ func ClusterTenants(ctx context.Context, reader client.Reader, system string) (t
 
 // Layers returns the documents stored under key, sorted by source.
 func (s *ClusterSource) Layers(ctx context.Context, key definition.LayerKey) ([]definition.Layer, error) {
-	s.once.Do(func() {
-		var list leasev1alpha1.LeaseDefinitionList
-		var opts []client.ListOption
-		if s.namespace != "" {
-			opts = append(opts, client.InNamespace(s.namespace))
-		}
-		if err := s.reader.List(ctx, &list, opts...); err != nil {
-			s.err = fmt.Errorf("listing LeaseDefinitions: %w", err)
-			return
-		}
-		s.items = list.Items
-	})
-	if s.err != nil {
-		return nil, s.err
+	if err := s.load(ctx); err != nil {
+		return nil, err
 	}
 	var out []definition.Layer
 	for i := range s.items {
@@ -94,6 +82,31 @@ func (s *ClusterSource) Layers(ctx context.Context, key definition.LayerKey) ([]
 	}
 	slices.SortFunc(out, func(a, b definition.Layer) int { return strings.Compare(a.Source, b.Source) })
 	return out, nil
+}
+
+// SystemLayers returns the permitted system-layer documents, sorted by source.
+func (s *ClusterSource) SystemLayers(ctx context.Context) ([]definition.Layer, error) {
+	if err := s.load(ctx); err != nil {
+		return nil, err
+	}
+	return k8ssource.SystemLayersOf(s.items, s.tenants), nil
+}
+
+// load lists the LeaseDefinitions once.
+func (s *ClusterSource) load(ctx context.Context) error {
+	s.once.Do(func() {
+		var list leasev1alpha1.LeaseDefinitionList
+		var opts []client.ListOption
+		if s.namespace != "" {
+			opts = append(opts, client.InNamespace(s.namespace))
+		}
+		if err := s.reader.List(ctx, &list, opts...); err != nil {
+			s.err = fmt.Errorf("listing LeaseDefinitions: %w", err)
+			return
+		}
+		s.items = list.Items
+	})
+	return s.err
 }
 
 // recordingSource remembers the documents a resolution read, for the provenance output.
@@ -109,6 +122,10 @@ func (r *recordingSource) Layers(ctx context.Context, key definition.LayerKey) (
 	defer r.mu.Unlock()
 	r.read = append(r.read, docs...)
 	return docs, err
+}
+
+func (r *recordingSource) SystemLayers(ctx context.Context) ([]definition.Layer, error) {
+	return r.inner.SystemLayers(ctx)
 }
 
 // Explanation is a merged definition in one scope, with the documents it was merged from.

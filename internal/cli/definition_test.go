@@ -32,7 +32,21 @@ func (m memSource) Layers(_ context.Context, key definition.LayerKey) ([]definit
 	return m[key], nil
 }
 
+func (m memSource) SystemLayers(context.Context) ([]definition.Layer, error) {
+	var out []definition.Layer
+	for k, docs := range m {
+		if k.Kind() == definition.KindSystem {
+			out = append(out, docs...)
+		}
+	}
+	return out, nil
+}
+
 type failingSource struct{ err error }
+
+func (f failingSource) SystemLayers(context.Context) ([]definition.Layer, error) {
+	return nil, f.err
+}
 
 func (f failingSource) Layers(context.Context, definition.LayerKey) ([]definition.Layer, error) {
 	return nil, f.err
@@ -58,7 +72,6 @@ var (
 		l.WaitMs = ptr.To[int32](5000)
 	})
 	tenantTex = layer(definition.KindTenant, "LeaseDefinition acme/tex-acme", "acme", "_tenant", func(l *definition.Layer) {
-		l.Resource = ptr.To("tex-acme")
 		l.Levels.Tenant = ptr.To[int32](2)
 		l.Levels.Global = ptr.To[int32](100) // not owned: ignored
 	})
@@ -90,15 +103,15 @@ func TestRenderExplanation(t *testing.T) {
 			lease:  "tex", tenant: "acme", project: "website",
 			want: `Lease tex in acme/website, as an acquisition sees it (read now, no cache):
 
-FIELD            VALUE      FROM
-resource         tex-acme   tenant: LeaseDefinition acme/tex-acme
-levels.global    8          system: LeaseDefinition lease-system/tex
-levels.tenant    2          tenant: LeaseDefinition acme/tex-acme
-levels.project   1          project: LeaseDefinition acme/tex-website
-levels.user      -          not capped
-ttlSeconds       300        project: LeaseDefinition acme/tex-website
-waitMs           5000       system: LeaseDefinition lease-system/tex
-fairness         process    default
+FIELD            VALUE     FROM
+resource         tex       default (the lease name)
+levels.global    8         system: LeaseDefinition lease-system/tex
+levels.tenant    2         tenant: LeaseDefinition acme/tex-acme
+levels.project   1         project: LeaseDefinition acme/tex-website
+levels.user      -         not capped
+ttlSeconds       300       project: LeaseDefinition acme/tex-website
+waitMs           5000      system: LeaseDefinition lease-system/tex
+fairness         process   default
 
 Layers (widest first):
   LAYER     DOCUMENT

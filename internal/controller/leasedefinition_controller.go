@@ -90,7 +90,7 @@ func (r *LeaseDefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading the definitions of %s: %w", key, err)
 	}
-	v := verdict{}
+	v := verdict{source: k8ssource.SourceName(&ld)}
 	if _, msg, ok := k8ssource.Permitted(&ld, r.tenants); !ok {
 		// The object takes part in nothing (k8ssource.Source leaves it out), so neither a
 		// conflict nor a merge is reported for it.

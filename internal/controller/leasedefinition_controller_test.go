@@ -150,7 +150,6 @@ var _ = Describe("LeaseDefinition", func() {
 			s.Fairness = ptr.To(leasev1alpha1.FairnessGlobal)
 		}))
 		tenant := create(ctx, newDef(home("t1"), "tenant-t1", "suitebuiltin", "t1", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
-			s.Resource = ptr.To("pool-t1")
 			s.Levels = levels(100, 3, 0, 0)                    // a tenant cannot raise the global ceiling
 			s.Fairness = ptr.To(leasev1alpha1.FairnessProcess) // nor opt out of the operator's order
 		}))
@@ -160,9 +159,9 @@ var _ = Describe("LeaseDefinition", func() {
 			s.TTLSeconds = ptr.To[int32](30)
 		}))
 
-		expectResolves(ctx, "t1", "p1", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-t1",
+		expectResolves(ctx, "t1", "p1", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-a",
 			Caps: definition.Caps{Global: 8, Tenant: 3, Project: 1, User: 1}, TTL: 30 * time.Second, Wait: time.Second, Fairness: definition.FairGlobal})
-		expectResolves(ctx, "t1", "p2", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-t1",
+		expectResolves(ctx, "t1", "p2", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-a",
 			Caps: definition.Caps{Global: 8, Tenant: 3, Project: 2}, TTL: time.Minute, Wait: time.Second, Fairness: definition.FairGlobal})
 		expectResolves(ctx, "t2", "p1", "suitebuiltin", definition.Definition{Name: "suitebuiltin", Resource: "pool-a",
 			Caps: definition.Caps{Global: 8, Tenant: 4, Project: 2}, TTL: time.Minute, Wait: time.Second, Fairness: definition.FairGlobal})
@@ -179,15 +178,25 @@ var _ = Describe("LeaseDefinition", func() {
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionTrue, leasev1alpha1.ReasonFieldsNotOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(Equal([]string{"levels.global", "fairness"}))
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-t1", Levels: levels(8, 3, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
+				Resource: "pool-a", Levels: levels(8, 3, 2, 0), TTLSeconds: 60, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
 		})
 		expectStatus(ctx, project, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
 			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionTrue, leasev1alpha1.ReasonResolved)(g, st)
 			haveCondition(leasev1alpha1.ConditionFieldsIgnored, metav1.ConditionTrue, leasev1alpha1.ReasonFieldsNotOwned)(g, st)
 			g.Expect(st.IgnoredFields).To(Equal([]string{"resource"}))
 			g.Expect(st.Effective).To(Equal(&leasev1alpha1.EffectiveDefinition{
-				Resource: "pool-t1", Levels: levels(8, 3, 1, 1), TTLSeconds: 30, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
+				Resource: "pool-a", Levels: levels(8, 3, 1, 1), TTLSeconds: 30, WaitMs: ptr.To[int32](1000), Fairness: leasev1alpha1.FairnessGlobal}))
 		})
+	})
+
+	It("refuses a tenant layer that moves a capped lease to another resource (CapNotPermitted)", func(ctx SpecContext) {
+		// Built-in suitebuiltin caps pool-a (global 10, tenant 4): a tenant may not take it
+		// out of those ceilings (docs/tenancy.md, "Caps belong to the resource").
+		moved := create(ctx, newDef(home("t3"), "tenant-t3", "suitebuiltin", "t3", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+			s.Resource = ptr.To("pool-t3")
+		}))
+		expectStatus(ctx, moved, haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonCapNotPermitted))
+		expectUnavailable(ctx, "t3", "p1", "suitebuiltin", definition.ErrCapNotPermitted)
 	})
 
 	It("re-resolves every scope after a system-layer update, and only the tenant's after a tenant-layer update", func(ctx SpecContext) {

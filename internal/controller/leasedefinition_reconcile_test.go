@@ -30,6 +30,10 @@ func (f layersFunc) Layers(_ context.Context, key definition.LayerKey) ([]defini
 	return f(key), nil
 }
 
+func (f layersFunc) SystemLayers(context.Context) ([]definition.Layer, error) {
+	return nil, nil
+}
+
 // explainFunc is an Explainer.
 type explainFunc func(tenant, project, name string) (definition.Result, error)
 

@@ -16,6 +16,8 @@ import (
 
 // verdict is what the definition package decided about one object.
 type verdict struct {
+	// source names the object in the definition package's messages (k8ssource.SourceName).
+	source string
 	// notPermitted is set when the object's namespace may not hold its layer (the message of
 	// tenancy.Permits); the object then takes part in nothing.
 	notPermitted string
@@ -26,6 +28,12 @@ type verdict struct {
 	// result is the merged definition at the object's scope, unless resolveErr is set.
 	result     definition.Result
 	resolveErr error
+}
+
+// capNotPermitted reports whether the resolution failed because this object would raise a cap of its resource (definition.Bound).
+func (v verdict) capNotPermitted() bool {
+	var ue *definition.UnavailableError
+	return errors.Is(v.resolveErr, definition.ErrCapNotPermitted) && errors.As(v.resolveErr, &ue) && ue.Source == v.source
 }
 
 // buildStatus turns a verdict into the object's status. prev supplies the conditions whose
@@ -52,6 +60,9 @@ func buildStatus(generation int64, prev leasev1alpha1.LeaseDefinitionStatus, v v
 	case v.layerErr != nil:
 		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonInvalid,
 			"The definition is invalid; the scopes that use it are unavailable: "+oneLine(v.layerErr))
+	case v.capNotPermitted():
+		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonCapNotPermitted,
+			"This definition would raise a cap the system layer sets for its resource; the scopes that use it are unavailable: "+oneLine(v.resolveErr))
 	case v.resolveErr != nil:
 		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonLayerUnavailable,
 			"The merged definition at this scope is unavailable: "+oneLine(v.resolveErr))

@@ -98,6 +98,26 @@ func TestBuildStatus(t *testing.T) {
 					`The merged definition at this scope is unavailable: lease definition "tex" unavailable in a/p: system layer: conflicting lease definitions`, now),
 					noneIgnored(earlier)}},
 		},
+		"this object raises a cap of its resource": {
+			prev: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2, Effective: texEffective,
+				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved, resolvedMsg, earlier), noneIgnored(earlier)}},
+			v: verdict{source: "LeaseDefinition acme/browser", resolveErr: &definition.UnavailableError{Name: "browser", Tenant: "acme", Project: "_tenant",
+				Source: "LeaseDefinition acme/browser", Err: fmt.Errorf("%w: resource \"tex\"", definition.ErrCapNotPermitted)}},
+			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
+				Conditions: []metav1.Condition{ready(metav1.ConditionFalse, leasev1alpha1.ReasonCapNotPermitted,
+					`This definition would raise a cap the system layer sets for its resource; the scopes that use it are unavailable: lease definition "browser" unavailable in acme/_tenant: LeaseDefinition acme/browser: not permitted by the system layer: resource "tex"`, now),
+					noneIgnored(earlier)}},
+		},
+		"another object raises a cap": {
+			prev: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2, Effective: texEffective,
+				Conditions: []metav1.Condition{ready(metav1.ConditionTrue, leasev1alpha1.ReasonResolved, resolvedMsg, earlier), noneIgnored(earlier)}},
+			v: verdict{source: "LeaseDefinition acme/browser-web", resolveErr: &definition.UnavailableError{Name: "browser", Tenant: "acme", Project: "web",
+				Source: "LeaseDefinition acme/browser", Err: fmt.Errorf("%w: resource \"tex\"", definition.ErrCapNotPermitted)}},
+			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
+				Conditions: []metav1.Condition{ready(metav1.ConditionFalse, leasev1alpha1.ReasonLayerUnavailable,
+					`The merged definition at this scope is unavailable: lease definition "browser" unavailable in acme/web: LeaseDefinition acme/browser: not permitted by the system layer: resource "tex"`, now),
+					noneIgnored(earlier)}},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

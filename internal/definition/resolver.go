@@ -19,6 +19,11 @@ type LayerSource interface {
 	// Layers returns every document stored under key, with Kind and Source set. More than one
 	// document is a conflict. An error means the documents could not be read.
 	Layers(ctx context.Context, key LayerKey) ([]Layer, error)
+	// SystemLayers returns every system-layer document (tenant SystemTenant, project
+	// TenantProject) of every lease name, with Kind and Source set: the operator's caps of a
+	// resource come from every system-scope definition that books it (Bound). An error means
+	// the documents could not be read.
+	SystemLayers(ctx context.Context) ([]Layer, error)
 }
 
 // DefaultReadTimeout bounds one resolution's reads from the LayerSource.
@@ -150,10 +155,14 @@ func (r *Resolver) explain(ctx context.Context, tenant, project, name string) (R
 	stack.Builtin = builtin
 
 	if r.source == nil {
-		return Merge(stack) // built-in layer only
+		return r.bound(stack, nil) // built-in layer only
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.readTimeout)
 	defer cancel()
+	system, err := r.source.SystemLayers(ctx)
+	if err != nil {
+		return Result{}, unavailable("system layer", fmt.Errorf("%w: %w", ErrLayerRead, err))
+	}
 	for _, key := range ScopeKeys(tenant, project, name) {
 		docs, err := r.source.Layers(ctx, key)
 		if err != nil {
@@ -180,7 +189,17 @@ func (r *Resolver) explain(ctx context.Context, tenant, project, name string) (R
 			stack.Project = &doc
 		}
 	}
-	return Merge(stack)
+	return r.bound(stack, system)
+}
+
+// bound merges stack and bounds the result by the operator's caps of its resource, computed
+// from the built-in layer and the system documents (Bound).
+func (r *Resolver) bound(stack Stack, system []Layer) (Result, error) {
+	res, err := Merge(stack)
+	if err != nil {
+		return Result{}, err
+	}
+	return Bound(res, stack, IndexResources(systemStacks(r.builtins, system)))
 }
 
 // OnChange registers fn to run after every invalidation, once the cache no longer holds
@@ -194,11 +213,15 @@ func (r *Resolver) OnChange(fn func()) {
 }
 
 // Invalidate drops the cached definitions a change of the document under key can affect: a
-// system document drops the name in every scope, a tenant document the name in every scope
-// of that tenant, a project document only that scope.
+// system document drops every cached definition (it can change the caps of its resource,
+// which other lease names may book: Bound), a tenant document the name in every scope of
+// that tenant, a project document only that scope.
 func (r *Resolver) Invalidate(key LayerKey) {
 	r.mu.Lock()
 	r.epoch++
+	if key.Kind() == KindSystem {
+		r.cache.clear()
+	}
 	for sk := range r.cache.scopes(key.Name) {
 		if key.Affects(LayerKey{Name: key.Name, Tenant: sk.tenant, Project: sk.project}) {
 			r.cache.remove(key.Name, sk)

@@ -61,6 +61,21 @@ func (s *memSource) Layers(_ context.Context, key LayerKey) ([]Layer, error) {
 	return docs, err
 }
 
+func (s *memSource) SystemLayers(context.Context) ([]Layer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	var out []Layer
+	for k, docs := range s.docs {
+		if k.Kind() == KindSystem {
+			out = append(out, docs...)
+		}
+	}
+	return out, nil
+}
+
 func (s *memSource) readCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,8 +226,12 @@ func TestResolveCachesAndInvalidates(t *testing.T) {
 			invalidate: func(r *Resolver) { r.Invalidate(LayerKey{"tex", "a", "p"}) },
 			want:       []string{"_vance/_tenant", "a/_tenant", "a/q", "b/p"},
 		},
-		"another name drops nothing": {
+		"a system document of another name drops everything too": {
+			// it may book the same resource and change its caps (Bound)
 			invalidate: func(r *Resolver) { r.Invalidate(LayerKey{"browser", SystemTenant, TenantProject}) },
+		},
+		"a tenant document of another name drops nothing": {
+			invalidate: func(r *Resolver) { r.Invalidate(LayerKey{"browser", "a", TenantProject}) },
 			want:       all,
 		},
 		"everything": {
@@ -348,7 +367,7 @@ func TestResolveReadErrorFailsClosed(t *testing.T) {
 // checks the invariant that matters: once changes stop and their invalidations have run, every
 // scope resolves the current documents.
 func TestResolverConcurrency(t *testing.T) {
-	source := newMemSource()
+	source := newMemSource(sysDoc("tex", func(l *Layer) { l.Levels.Tenant = ptr[int32](5) }))
 	r := NewResolver(mustBuiltins(t, nil), source)
 	tenants := []string{"a", "b", "c"}
 	projects := []string{"p", "q", TenantProject}
@@ -372,7 +391,8 @@ func TestResolverConcurrency(t *testing.T) {
 			doc := tenantDoc("tex", tn, func(l *Layer) { l.Levels.Tenant = ptr(int32(i%5 + 1)) })
 			source.put(doc)
 			r.Invalidate(LayerKey{"tex", tn, TenantProject})
-			sys := sysDoc("tex", func(l *Layer) { l.Levels.Global = ptr(int32(i%7 + 1)) })
+			// The system's tenant cap stays at least the tenant documents' (Bound).
+			sys := sysDoc("tex", func(l *Layer) { l.Levels.Global = ptr(int32(i%7 + 1)); l.Levels.Tenant = ptr[int32](5) })
 			source.put(sys)
 			r.Invalidate(LayerKey{"tex", SystemTenant, TenantProject})
 		}

@@ -158,6 +158,12 @@ func TestUnavailableAnswer(t *testing.T) {
 		if status != http.StatusServiceUnavailable || out["error"] != httpjson.CodeUnavailable || out["message"] == "" {
 			t.Errorf("%s %s with the store down = %d %v, want 503 LEASE_UNAVAILABLE", c.method, c.path, status, out)
 		}
+		// Issue 26 item 8: the driver's error (the store's address, its topology) stays in the
+		// log; the answer carries a correlation id instead.
+		if msg := fmt.Sprint(out["message"]); strings.Contains(msg, "127.0.0.1") || strings.Contains(msg, "topology") ||
+			strings.Contains(msg, "server selection") || out["correlationId"] == nil {
+			t.Errorf("%s %s: answer %v carries internal detail or no correlationId", c.method, c.path, out)
+		}
 	}
 }
 

@@ -78,6 +78,16 @@ func (m *memSource) Layers(_ context.Context, key definition.LayerKey) ([]defini
 	return m.docs[key], nil
 }
 
+func (m *memSource) SystemLayers(context.Context) ([]definition.Layer, error) {
+	var out []definition.Layer
+	for k, docs := range m.docs {
+		if k.Kind() == definition.KindSystem {
+			out = append(out, docs...)
+		}
+	}
+	return out, nil
+}
+
 // commands counts the store's round trips.
 type commands struct {
 	mu sync.Mutex

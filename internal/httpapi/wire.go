@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -117,8 +119,28 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, lease.ErrLost):
 		httpjson.Write(w, http.StatusGone, httpjson.ErrorBody{Error: httpjson.CodeLost, Message: err.Error()})
 	default:
-		// Unavailable, and anything unexpected: fail closed.
-		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path)
-		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Error: httpjson.CodeUnavailable, Message: err.Error()})
+		// Unavailable, and anything unexpected: fail closed. The cause (store host names and
+		// topology, the documents of a definition) stays in the log; the caller gets its kind
+		// and the correlation id that finds it there (docs/security.md).
+		id := correlationID()
+		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path, "correlationId", id)
+		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Error: httpjson.CodeUnavailable,
+			Message: unavailableMessage(err) + " (correlation id " + id + " in the server's log)", CorrelationID: id})
 	}
+}
+
+// unavailableMessage says what kind of thing is unavailable, without internal detail.
+func unavailableMessage(err error) string {
+	var ue *definition.UnavailableError
+	if errors.As(err, &ue) {
+		return fmt.Sprintf("the definition of lease %q is unavailable (broken, in conflict, refused or unreadable)", ue.Name)
+	}
+	return "the lease store is unavailable"
+}
+
+// correlationID returns a random id that ties an answer to its log line.
+func correlationID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b)
 }

@@ -34,6 +34,9 @@ type ErrorBody struct {
 	Message string `json:"message"`
 	// Field names the offending request field (INVALID_REQUEST).
 	Field string `json:"field,omitempty"`
+	// CorrelationID (LEASE_UNAVAILABLE) finds the details in the server's log, which the
+	// answer leaves out (docs/security.md).
+	CorrelationID string `json:"correlationId,omitempty"`
 	// The busy diagnosis (LEASE_BUSY): the first full level, narrow to wide.
 	Resource string `json:"resource,omitempty"`
 	Level    string `json:"level,omitempty"`

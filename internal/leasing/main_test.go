@@ -120,6 +120,21 @@ func (m *memSource) Layers(_ context.Context, key definition.LayerKey) ([]defini
 	return m.docs[key], nil
 }
 
+func (m *memSource) SystemLayers(context.Context) ([]definition.Layer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, m.err
+	}
+	var out []definition.Layer
+	for k, docs := range m.docs {
+		if k.Kind() == definition.KindSystem {
+			out = append(out, docs...)
+		}
+	}
+	return out, nil
+}
+
 // set replaces the documents of d's key by d.
 func (m *memSource) set(d leaseDef) {
 	m.mu.Lock()

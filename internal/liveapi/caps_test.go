@@ -75,9 +75,9 @@ func TestCountersPublishTheirCap(t *testing.T) {
 	acquireUnder(t, "share-a", "acme", "u1")
 	acquireUnder(t, "share-b", "acme", "u2")
 	want = map[string]publishedCap{
-		"shared.tenant.acme": {Reason: livev1alpha1.CapReasonAmbiguous,
-			Note: "ambiguous: lease share-a in acme/p1 (cap 3); lease share-b in acme/p1 (cap 5) share this counter"},
-		"shared.project.acme:p1": {Cap: 2},
+		"shared.tenant.acme": {Cap: 3},
+		"shared.project.acme:p1": {Reason: livev1alpha1.CapReasonAmbiguous,
+			Note: "ambiguous: lease share-a in acme/p1 (cap 2); lease share-b in acme/p1 (cap 3) share this counter"},
 	}
 	if d := cmp.Diff(want, counterCaps(t, alice, nsAcme, "shared")); d != "" {
 		t.Errorf("shared counters alice sees (-want +got):\n%s", d)
@@ -151,11 +151,11 @@ func TestKubectlShowsCaps(t *testing.T) {
 		f := fields(l)
 		caps[f[0]] = f[5]
 	}
-	if d := cmp.Diff(map[string]string{"shared.tenant.acme": "<ambiguous>", "shared.project.acme:p1": "2"}, caps); d != "" {
+	if d := cmp.Diff(map[string]string{"shared.tenant.acme": "3", "shared.project.acme:p1": "<ambiguous>"}, caps); d != "" {
 		t.Errorf("CAP column (-want +got):\n%s", d)
 	}
-	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", "shared.tenant.acme", "-o", "wide")
-	if !strings.Contains(out, "ambiguous: lease share-a in acme/p1 (cap 3); lease share-b in acme/p1 (cap 5) share this counter") {
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", "shared.project.acme:p1", "-o", "wide")
+	if !strings.Contains(out, "ambiguous: lease share-a in acme/p1 (cap 2); lease share-b in acme/p1 (cap 3) share this counter") {
 		t.Errorf("kubectl get lc -o wide lacks the note:\n%s", out)
 	}
 }

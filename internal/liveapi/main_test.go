@@ -139,13 +139,14 @@ func run(m *testing.M) (int, error) {
 }
 
 // The definitions of the suite, as a defaults directory of the built-in layer: capped caps
-// every level; share-a and share-b book one resource, agreeing on the project cap and not
-// on the tenant cap. Leases other tests book directly in the store (named after their
+// every level; share-a and share-b book one resource and disagree on the project cap (the
+// tenant cap they disagree on too is the lowest for both: docs/tenancy.md, "Caps belong to
+// the resource"). Leases other tests book directly in the store (named after their
 // resource) have no definition.
 var suiteDefinitions = fstest.MapFS{
 	"capped.yaml":  {Data: []byte("name: capped\nlevels: {global: 9, tenant: 5, project: 3, user: 2}\nwaitMs: 0\n")},
 	"share-a.yaml": {Data: []byte("name: share-a\nresource: shared\nlevels: {tenant: 3, project: 2}\nwaitMs: 0\n")},
-	"share-b.yaml": {Data: []byte("name: share-b\nresource: shared\nlevels: {tenant: 5, project: 2}\nwaitMs: 0\n")},
+	"share-b.yaml": {Data: []byte("name: share-b\nresource: shared\nlevels: {tenant: 5, project: 3}\nwaitMs: 0\n")},
 }
 
 var (

@@ -26,19 +26,44 @@ type Event struct {
 // pod network; a flood of them must not grow the agent's memory without end.
 const DefaultMaxEvents = 10000
 
+// DefaultMaxBytes bounds the bytes of the events a hub keeps (their strings plus a fixed
+// overhead each, see eventSize), whatever their count.
+const DefaultMaxBytes = 4 << 20
+
+// MaxFieldLen is the longest token, reason, type or resource an event keeps; longer values
+// are cut, so that one event costs at most a few hundred bytes.
+const MaxFieldLen = 256
+
+// eventOverhead approximates the fixed cost of one kept event (map entry, order entry,
+// time values).
+const eventOverhead = 128
+
+func eventSize(ev Event) int {
+	return eventOverhead + len(ev.Token) + len(ev.Reason) + len(ev.Type) + len(ev.Resource)
+}
+
+func truncate(s string) string {
+	if len(s) > MaxFieldLen {
+		return s[:MaxFieldLen]
+	}
+	return s
+}
+
 // Hub keeps the latest event per token for a while, so a waiter that arrives after the
 // revocation still hears of it, and wakes waiters when one is published. It keeps at most
 // maxEvents events, dropping the oldest first.
 type Hub struct {
-	mu      sync.Mutex
-	events  map[string]kept
-	order   []published // publish order; order[head:] are live entries (maybe superseded)
-	head    int
-	seq     uint64
-	waiters map[string][]chan Event
-	keep    time.Duration
-	max     int
-	clock   clock.PassiveClock
+	mu       sync.Mutex
+	events   map[string]kept
+	order    []published // publish order; order[head:] are live entries (maybe superseded)
+	head     int
+	seq      uint64
+	waiters  map[string][]chan Event
+	keep     time.Duration
+	max      int
+	maxBytes int
+	bytes    int // eventSize of the kept events
+	clock    clock.PassiveClock
 }
 
 // kept is a token's latest event and the sequence number of its publish.
@@ -60,10 +85,13 @@ type HubOption func(*Hub)
 // WithMaxEvents bounds the kept events (default DefaultMaxEvents).
 func WithMaxEvents(n int) HubOption { return func(h *Hub) { h.max = max(n, 1) } }
 
+// WithMaxBytes bounds the bytes of the kept events (default DefaultMaxBytes).
+func WithMaxBytes(n int) HubOption { return func(h *Hub) { h.maxBytes = max(n, 1) } }
+
 // NewHub returns a hub that keeps delivered events for keep, so a poll that arrives after
 // the revocation still sees it.
 func NewHub(keep time.Duration, clk clock.PassiveClock, opts ...HubOption) *Hub {
-	h := &Hub{events: map[string]kept{}, waiters: map[string][]chan Event{}, keep: keep, max: DefaultMaxEvents, clock: clk}
+	h := &Hub{events: map[string]kept{}, waiters: map[string][]chan Event{}, keep: keep, max: DefaultMaxEvents, maxBytes: DefaultMaxBytes, clock: clk}
 	for _, o := range opts {
 		o(h)
 	}
@@ -77,7 +105,15 @@ func (h *Hub) Len() int {
 	return len(h.events)
 }
 
-// Publish records ev for its token and wakes every waiter on that token.
+// Bytes is the size of the events kept, as the hub counts it against its byte bound.
+func (h *Hub) Bytes() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bytes
+}
+
+// Publish records ev for its token and wakes every waiter on that token. Fields longer
+// than MaxFieldLen are cut; the oldest events are dropped beyond the count and byte bounds.
 func (h *Hub) Publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -86,10 +122,15 @@ func (h *Hub) Publish(ev Event) {
 	if ev.At.IsZero() {
 		ev.At = now
 	}
+	ev.Token, ev.Reason, ev.Type, ev.Resource = truncate(ev.Token), truncate(ev.Reason), truncate(ev.Type), truncate(ev.Resource)
 	h.seq++
+	if old, ok := h.events[ev.Token]; ok {
+		h.bytes -= eventSize(old.ev)
+	}
 	h.events[ev.Token] = kept{ev: ev, seq: h.seq}
+	h.bytes += eventSize(ev)
 	h.order = append(h.order, published{token: ev.Token, at: now, seq: h.seq})
-	for len(h.events) > h.max {
+	for len(h.events) > h.max || (h.bytes > h.maxBytes && len(h.events) > 1) {
 		h.dropOldest()
 	}
 	for _, w := range h.waiters[ev.Token] {
@@ -156,7 +197,8 @@ func (h *Hub) dropOldest() {
 	p := h.order[h.head]
 	h.order[h.head] = published{}
 	h.head++
-	if h.events[p.token].seq == p.seq {
+	if k, ok := h.events[p.token]; ok && k.seq == p.seq {
+		h.bytes -= eventSize(k.ev)
 		delete(h.events, p.token)
 	}
 	if h.head > len(h.order)/2 { // compact, keeping the slice proportional to what is live

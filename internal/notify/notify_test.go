@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -123,4 +124,24 @@ func TestHubBounded(t *testing.T) {
 			t.Errorf("after expiry the hub keeps %d events, want 1", got)
 		}
 	})
+}
+
+// TestHubIsBoundedInBytes: large events are cut and the hub's bytes stay under its bound,
+// whatever their count (issue 26: 1 500 events of 64 KB grew a manager by 150 MiB).
+func TestHubIsBoundedInBytes(t *testing.T) {
+	h := notify.NewHub(5*time.Minute, clocktesting.NewFakeClock(time.Now()), notify.WithMaxBytes(64<<10))
+	big := strings.Repeat("r", 64<<10)
+	for i := range 1500 {
+		h.Publish(notify.Event{Token: fmt.Sprintf("tok-%d", i), Reason: "revoke", Type: "tex", Resource: big})
+	}
+	if got := h.Bytes(); got > 64<<10 {
+		t.Errorf("hub keeps %d bytes in %d events, want at most %d", got, h.Len(), 64<<10)
+	}
+	if h.Len() == 0 {
+		t.Fatal("hub keeps nothing")
+	}
+	ev, ok := h.Wait(t.Context(), "tok-1499")
+	if !ok || len(ev.Resource) != notify.MaxFieldLen {
+		t.Errorf("latest event kept = %v with a resource of %d bytes, want kept and cut to %d", ok, len(ev.Resource), notify.MaxFieldLen)
+	}
 }

@@ -119,6 +119,8 @@ type fixtureOptions struct {
 	interval time.Duration
 	// storeOpts for the store (e.g. a short reconcile safety margin).
 	storeOpts []leasestore.Option
+	// mcpEndpoints are the operator's MCP endpoints (--mcp-endpoints) the reaper may contact.
+	mcpEndpoints []string
 }
 
 // agent stands in for the lease agent of holder pods: the real receiver with its own hub.
@@ -164,7 +166,7 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 	f.watcher, err = podwatch.New(cfg, podwatch.WithSelf(f.self), podwatch.WithNamespaces(f.ns), podwatch.WithLogger(GinkgoLogr))
 	Expect(err).NotTo(HaveOccurred())
 	registry := handlers.NewDefaultRegistry(f.selfHub,
-		handlers.ClientSecretReader{Reader: k8sClient}, nil)
+		handlers.ClientSecretReader{Reader: k8sClient}, nil, o.mcpEndpoints...)
 	f.disp = revocation.NewDispatcher(f.watcher, f.self, registry,
 		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
 		revocation.WithRecorder(recorder),

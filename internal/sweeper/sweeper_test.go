@@ -130,8 +130,8 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 	})
 
 	It("deletes the remote session on the reaper when a non-pod-bound holder's pod is dead", func(ctx SpecContext) {
-		f := newFixture(ctx, fixtureOptions{})
 		mcp := newMCPServer()
+		f := newFixture(ctx, fixtureOptions{mcpEndpoints: []string{mcp.URL + "/mcp"}})
 		createMCPConfig(ctx, f.ns, "mcp-auth", mcp.URL+"/mcp", "s3cret")
 		pod := f.createPod(ctx, "brain-2", "10.9.0.2")
 		h := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,
@@ -147,8 +147,9 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 	})
 
 	It("does not contact an endpoint that only the payload names", func(ctx SpecContext) {
-		f := newFixture(ctx, fixtureOptions{})
 		configured, elsewhere := newMCPServer(), newMCPServer()
+		// Both are the operator's: the tenant's Secret still narrows to the one it names.
+		f := newFixture(ctx, fixtureOptions{mcpEndpoints: []string{configured.URL + "/mcp", elsewhere.URL + "/mcp"}})
 		createMCPConfig(ctx, f.ns, "mcp-auth", configured.URL+"/mcp", "s3cret")
 		pod := f.createPod(ctx, "brain-4", "10.9.0.4")
 		h := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,
@@ -174,7 +175,7 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		blind, err := podwatch.New(cfg, podwatch.WithSelf(f.self), podwatch.WithNamespaces(f.ns),
 			podwatch.WithLabelSelector(labels.SelectorFromSet(labels.Set{"app": "none"})))
 		Expect(err).NotTo(HaveOccurred())
-		disp := revocation.NewDispatcher(blind, f.self, handlers.NewDefaultRegistry(nil, handlers.ClientSecretReader{Reader: k8sClient}, nil),
+		disp := revocation.NewDispatcher(blind, f.self, handlers.NewDefaultRegistry(nil, handlers.ClientSecretReader{Reader: k8sClient}, nil, mcp.URL+"/mcp"),
 			revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
 			revocation.WithMetrics(metrics.New(nil)), revocation.WithLogger(GinkgoLogr.WithName("blind")))
 		runCtx, cancel := context.WithCancel(context.Background())
@@ -198,8 +199,8 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 	})
 
 	It("takes the dead path when the forward to a live pod fails", func(ctx SpecContext) {
-		f := newFixture(ctx, fixtureOptions{agentDown: true})
 		mcp := newMCPServer()
+		f := newFixture(ctx, fixtureOptions{agentDown: true, mcpEndpoints: []string{mcp.URL + "/mcp"}})
 		createMCPConfig(ctx, f.ns, "mcp-anon", mcp.URL+"/mcp", "")
 		pod := f.createPod(ctx, "brain-3", "127.0.0.1") // alive, but nothing listens
 		session := f.acquire(ctx, "mcp", "browser", pod, false, time.Hour,

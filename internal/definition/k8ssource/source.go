@@ -129,3 +129,32 @@ func (s *Source) Layers(ctx context.Context, key definition.LayerKey) ([]definit
 	slices.SortFunc(out, func(a, b definition.Layer) int { return strings.Compare(a.Source, b.Source) })
 	return out, nil
 }
+
+// SystemLayers returns the permitted system-layer documents of every lease name, sorted by
+// source: the documents in the system namespace whose scope is the system scope.
+func (s *Source) SystemLayers(ctx context.Context) ([]definition.Layer, error) {
+	if sy, ok := s.tenants.(syncer); ok && !sy.HasSynced() {
+		return nil, fmt.Errorf("listing the system-layer LeaseDefinitions: the namespaces' tenants are not known yet")
+	}
+	var list leasev1alpha1.LeaseDefinitionList
+	if err := s.reader.List(ctx, &list, client.InNamespace(s.tenants.SystemNamespace())); err != nil {
+		return nil, fmt.Errorf("listing the system-layer LeaseDefinitions: %w", err)
+	}
+	return SystemLayersOf(list.Items, s.tenants), nil
+}
+
+// SystemLayersOf returns the permitted system-layer documents among items, sorted by source.
+func SystemLayersOf(items []leasev1alpha1.LeaseDefinition, tenants tenancy.Map) []definition.Layer {
+	var out []definition.Layer
+	for i := range items {
+		ld := &items[i]
+		if definition.KindOf(ld.Spec.Tenant, ld.Spec.Project) != definition.KindSystem {
+			continue
+		}
+		if _, _, ok := Permitted(ld, tenants); ok {
+			out = append(out, LayerFrom(ld))
+		}
+	}
+	slices.SortFunc(out, func(a, b definition.Layer) int { return strings.Compare(a.Source, b.Source) })
+	return out
+}

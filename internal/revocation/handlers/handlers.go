@@ -110,11 +110,11 @@ func (c ClientSecretReader) ReadSecret(ctx context.Context, namespace, name stri
 // hub is this process's notify hub (nil: nothing is published, e.g. a manager that serves
 // no long-poll); secrets and httpClient serve the mcp session DELETE on a reaper (nil
 // secrets: a payload naming an auth Secret fails; nil client: DefaultMCPClient()).
-func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Client) *revocation.Registry {
+func NewDefaultRegistry(hub Publisher, secrets SecretReader, httpClient *http.Client, mcpEndpoints ...string) *revocation.Registry {
 	r := revocation.NewRegistry()
 	// The types are distinct constants: Register cannot fail here.
 	_ = r.Register(TypeTex, TexHandler{Hub: hub})
-	_ = r.Register(TypeMCP, &MCPHandler{Hub: hub, Secrets: secrets, Client: httpClient})
+	_ = r.Register(TypeMCP, &MCPHandler{Hub: hub, Secrets: secrets, Client: httpClient, Allowed: mcpEndpoints})
 	_ = r.Register(TypeNotify, NotifyHandler{Hub: hub})
 	return r
 }
@@ -171,6 +171,10 @@ type MCPHandler struct {
 	Secrets SecretReader
 	// Client sends the DELETE (nil: DefaultMCPClient()).
 	Client *http.Client
+	// Allowed are the operator's MCP endpoints (the manager's --mcp-endpoints): the only
+	// ones the handler ever contacts. A tenant's Secret supplies credentials for them and can
+	// only narrow the list, never extend it (docs/security.md). Empty: none.
+	Allowed []string
 }
 
 // DefaultMCPClient returns the client for session DELETEs: a 10 s timeout and no redirects
@@ -221,7 +225,10 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("deleting MCP session at %s: %w", target.Redacted(), err)
+		// The dial error stays in this log: the returned error reaches the pod's Event,
+		// which a tenant reads, and must not tell it what answers where.
+		log.Error(err, "Deleting the MCP session failed", "token", r.Token, "endpoint", target.Redacted())
+		return fmt.Errorf("deleting MCP session at %s failed (details in the manager's log)", target.Redacted())
 	}
 	_ = resp.Body.Close()
 	switch {
@@ -241,6 +248,10 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation)
 // endpoint that equals the payload's (the DELETE goes there, never to the payload's text)
 // and the Authorization header value ("" without a token).
 func (h *MCPHandler) configured(ctx context.Context, r revocation.Revocation, payloadURL *url.URL) (*url.URL, string, error) {
+	if matchEndpoint(strings.Join(h.Allowed, "\n"), payloadURL) == nil {
+		return nil, "", &EndpointNotConfiguredError{Endpoint: payloadURL.Redacted(),
+			Reason: "not among the operator's MCP endpoints (--mcp-endpoints)"}
+	}
 	ref := r.Payload[PayloadAuthSecret]
 	if ref == "" {
 		return nil, "", &EndpointNotConfiguredError{Endpoint: payloadURL.Redacted(),

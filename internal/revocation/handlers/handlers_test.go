@@ -99,6 +99,7 @@ func TestMCPHandler(t *testing.T) {
 			"team-a/no-endpoint": mcpConfig("team-a", "no-endpoint", "", "s3cret", true),
 			"team-a/other":       mcpConfig("team-a", "other", elsewhere+"/mcp", "s3cret", true),
 			"team-a/unlabeled":   mcpConfig("team-a", "unlabeled", srv+"/mcp", "s3cret", false),
+			"team-a/closed":      mcpConfig("team-a", "closed", "http://127.0.0.1:1/mcp", "s3cret", true),
 			"team-b/mcp-auth":    mcpConfig("team-b", "mcp-auth", srv+"/mcp", "other", true),
 		}
 	}
@@ -109,7 +110,24 @@ func TestMCPHandler(t *testing.T) {
 		wantElse  []string
 		wantErr   string
 		notSentTo bool // the error is an *handlers.EndpointNotConfiguredError
+		// operatorList replaces the operator's allowlist (default: both servers and a closed port)
+		operatorList []string
+		notInErr     []string // must not appear in the error (it reaches the pod's Event)
 	}{
+		"endpoint the tenant's Secret names but the operator does not list: not contacted": {
+			payload: func(e, _ string) map[string]string {
+				return map[string]string{"endpoint": e + "/mcp", "sessionId": "s", "authSecret": "mcp-auth"}
+			},
+			operatorList: []string{"http://mcp.example.invalid/mcp"},
+			wantErr:      "not among the operator's MCP endpoints", notSentTo: true,
+		},
+		"a dial error is not echoed": {
+			payload: func(string, string) map[string]string {
+				return map[string]string{"endpoint": "http://127.0.0.1:1/mcp", "sessionId": "s", "authSecret": "closed"}
+			},
+			wantErr:  "details in the manager's log",
+			notInErr: []string{"refused", "dial"},
+		},
 		"DELETE with the session and the secret's bearer token": {
 			status: http.StatusNoContent,
 			payload: func(e, _ string) map[string]string {
@@ -202,7 +220,11 @@ func TestMCPHandler(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := newMCPServer(t, tc.status)
 			elsewhere := newMCPServer(t, http.StatusOK)
-			h := &handlers.MCPHandler{Secrets: secrets(srv.URL, elsewhere.URL)}
+			allowed := []string{srv.URL + "/mcp", elsewhere.URL + "/mcp", "http://127.0.0.1:1/mcp"}
+			if tc.operatorList != nil {
+				allowed = tc.operatorList
+			}
+			h := &handlers.MCPHandler{Secrets: secrets(srv.URL, elsewhere.URL), Allowed: allowed}
 			r := revocation.Revocation{Token: "tok", Type: "mcp", Reason: "pod", Pod: pod,
 				Payload: tc.payload(srv.URL, elsewhere.URL), Site: revocation.SiteReaper}
 			err := h.OnRevoked(context.Background(), r)
@@ -211,6 +233,11 @@ func TestMCPHandler(t *testing.T) {
 				t.Fatalf("OnRevoked: %v", err)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("OnRevoked error = %v, want one containing %q", err, tc.wantErr)
+			}
+			for _, s := range tc.notInErr {
+				if err != nil && strings.Contains(err.Error(), s) {
+					t.Errorf("OnRevoked error %q carries %q", err, s)
+				}
 			}
 			var notSent *handlers.EndpointNotConfiguredError
 			if got := errors.As(err, &notSent); got != tc.notSentTo {
