@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // listRead lists gvr in ns with the field selector as cfg and returns the objects as
@@ -42,7 +43,7 @@ func TestTenantFilterReadsWhatItReturns(t *testing.T) {
 		acquire(t, fmt.Sprintf("crowd%02d", i), res, "u")
 	}
 	// Tenant lonely has no namespace: its objects appear in the system namespace.
-	mine := []string{acquire(t, "lonely", res, "u1").Token, acquire(t, "lonely", res, "u2").Token}
+	mine := []string{lease.HolderID(acquire(t, "lonely", res, "u1").Token), lease.HolderID(acquire(t, "lonely", res, "u2").Token)}
 
 	got, read := listRead(t, operator, holders, "", "spec.tenant=lonely")
 	want := []string{systemNS + "/" + mine[0], systemNS + "/" + mine[1]}
