@@ -13,6 +13,7 @@ import (
 	"github.com/onsi/gomega"
 
 	"github.com/vancetope/lease-operator/internal/cli"
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/testutil/browser"
 )
 
@@ -51,8 +52,8 @@ func TestKubectlLeaseUI(t *testing.T) {
 
 	bctx := browser.New(t, 1024, 768)
 	browser.Navigate(bctx, t, url.FindString(out.String()))
-	if got := browser.Eval[[]string](bctx, t, jsHolders); !slices.Contains(got, h) {
-		t.Errorf("kubectl lease ui lists %v, want %s among them", got, h)
+	if got := browser.Eval[[]string](bctx, t, jsHolders); !slices.Contains(got, lease.HolderID(h)) {
+		t.Errorf("kubectl lease ui lists %v, want %s among them", got, lease.HolderID(h))
 	}
 	stop()
 	select {

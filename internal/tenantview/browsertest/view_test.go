@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/tenantview"
 	"github.com/vancetope/lease-operator/internal/testutil/browser"
@@ -117,8 +118,8 @@ func TestTenantSeesItsOwnHoldersAndCountersOnly(t *testing.T) {
 
 	ctx := browser.New(t, 1280, 900)
 	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
-	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(sorted(got...), sorted(a1, a2)) {
-		t.Errorf("alice's view lists holders %v, want acme's %v (globex's is %s)", got, sorted(a1, a2), g1)
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(sorted(got...), sorted(lease.HolderID(a1), lease.HolderID(a2))) {
+		t.Errorf("alice's view lists holders %v, want acme's %v (globex's is %s)", got, sorted(lease.HolderID(a1), lease.HolderID(a2)), lease.HolderID(g1))
 	}
 	// Counters of the other tests' released leases stay at 0 until a reconcile removes
 	// them; they are acme's too.
@@ -152,8 +153,8 @@ func TestTenantSeesItsOwnHoldersAndCountersOnly(t *testing.T) {
 	}
 	// And bob sees globex's holder, none of acme's.
 	browser.Navigate(ctx, t, startView(t, bob, nsGlobex))
-	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(got, []string{g1}) {
-		t.Errorf("bob's view lists holders %v, want [%s]", got, g1)
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(got, []string{lease.HolderID(g1)}) {
+		t.Errorf("bob's view lists holders %v, want [%s]", got, lease.HolderID(g1))
 	}
 }
 
@@ -162,7 +163,7 @@ func TestRevokeInTheBrowser(t *testing.T) {
 	keep := acquire(t, "acme", "keep", "dan")
 	ctx := browser.New(t, 1280, 900)
 	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
-	browser.Click(ctx, t, fmt.Sprintf(`tr[data-holder=%q] a.danger`, h))
+	browser.Click(ctx, t, fmt.Sprintf(`tr[data-holder=%q] a.danger`, lease.HolderID(h)))
 	if got := browser.Eval[string](ctx, t, jsHeading); got != "Revoke this holder?" {
 		t.Fatalf("after Revoke…: heading %q", got)
 	}
@@ -175,8 +176,8 @@ func TestRevokeInTheBrowser(t *testing.T) {
 	if got := browser.Eval[string](ctx, t, `document.querySelector(".flash").textContent`); !strings.Contains(got, "revoked") {
 		t.Errorf("flash after revoking: %q", got)
 	}
-	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(got, []string{keep}) {
-		t.Errorf("holders after revoking %s: %v, want [%s]", h, got, keep)
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Equal(got, []string{lease.HolderID(keep)}) {
+		t.Errorf("holders after revoking %s: %v, want [%s]", lease.HolderID(h), got, lease.HolderID(keep))
 	}
 	if got := check(t, h); got != http.StatusGone {
 		t.Errorf("the revoked holder's check: %d, want 410 LEASE_LOST", got)
@@ -213,8 +214,8 @@ func TestViewOnlyUserCannotRevoke(t *testing.T) {
 	ctx := browser.New(t, 1280, 900)
 	base := startView(t, vic, nsAcme)
 	browser.Navigate(ctx, t, base)
-	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Contains(got, h) {
-		t.Fatalf("vic's view lists %v, want %s among them", got, h)
+	if got := browser.Eval[[]string](ctx, t, jsHolders); !slices.Contains(got, lease.HolderID(h)) {
+		t.Fatalf("vic's view lists %v, want %s among them", got, lease.HolderID(h))
 	}
 	if n := browser.Eval[float64](ctx, t, jsRevokes); n != 0 {
 		t.Errorf("vic's view shows %v revoke buttons, want none", n)
@@ -225,14 +226,14 @@ func TestViewOnlyUserCannotRevoke(t *testing.T) {
 	browser.Capture(ctx, t, "view-only")
 
 	// With the session's token, the view passes the revocation on; the API refuses it.
-	submitForged(ctx, t, h, true)
+	submitForged(ctx, t, lease.HolderID(h), true)
 	if got := browser.Eval[string](ctx, t, jsHeading); got != "Not allowed for this tenant" {
 		t.Errorf("forged revoke by a viewer: heading %q, want the API's refusal", got)
 	}
 	browser.Capture(ctx, t, "not-allowed")
 	// Without it, the view refuses it itself.
 	browser.Navigate(ctx, t, base)
-	submitForged(ctx, t, h, false)
+	submitForged(ctx, t, lease.HolderID(h), false)
 	if got := browser.Eval[string](ctx, t, jsHeading); got != "Request refused" {
 		t.Errorf("revoke without the session's token: heading %q", got)
 	}
