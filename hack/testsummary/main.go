@@ -59,6 +59,12 @@ func closing(o string) bool {
 // reports whether a package or test failed.
 func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 	buffered := map[string][]string{} // output of a running test, shown only if it fails
+	// print writes to out; the first failed write is the run's error.
+	print := func(format string, a ...any) {
+		if err == nil {
+			_, err = fmt.Fprintf(out, format, a...)
+		}
+	}
 	var times []timing
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -66,7 +72,7 @@ func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 		line := sc.Bytes()
 		var ev event
 		if json.Unmarshal(line, &ev) != nil || ev.Action == "" {
-			fmt.Fprintln(out, string(line)) // not an event (a build error): as it came
+			print("%s\n", line) // not an event (a build error): as it came
 			continue
 		}
 		key := ev.Package + " " + ev.Test
@@ -82,39 +88,39 @@ func run(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 			}
 		case ev.Test != "" && ev.Action == "fail":
 			failed = true
-			fmt.Fprint(out, strings.Join(buffered[key], ""))
+			print("%s", strings.Join(buffered[key], ""))
 			delete(buffered, key)
 		case ev.Test == "" && ev.Action == "output":
 			// A package's own output (a TestMain's, a suite's logger) is shown only when the
 			// package fails, as go test without -v does; its closing line always.
 			switch o := ev.Output; {
 			case closing(o):
-				fmt.Fprint(out, o)
+				print("%s", o)
 			case !strings.HasPrefix(o, "=== ") && o != "PASS\n":
 				buffered[key] = append(buffered[key], o)
 			}
 		case ev.Action == "build-output":
-			fmt.Fprint(out, ev.Output)
+			print("%s", ev.Output)
 		case ev.Test == "" && ev.Action == "pass":
 			delete(buffered, key)
 		case ev.Test == "" && ev.Action == "fail":
 			failed = true
-			fmt.Fprint(out, strings.Join(buffered[key], ""))
+			print("%s", strings.Join(buffered[key], ""))
 			delete(buffered, key)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return failed, err
+	if serr := sc.Err(); serr != nil {
+		return failed, serr
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i].elapsed > times[j].elapsed })
 	if len(times) > top {
 		times = times[:top]
 	}
 	if len(times) > 0 {
-		fmt.Fprintf(out, "\nslowest %d tests:\n", len(times))
+		print("\nslowest %d tests:\n", len(times))
 		for _, t := range times {
-			fmt.Fprintf(out, "%8.2fs  %s\n", t.elapsed, t.name)
+			print("%8.2fs  %s\n", t.elapsed, t.name)
 		}
 	}
-	return failed, nil
+	return failed, err
 }
