@@ -10,7 +10,8 @@
 #
 # Environment: MONGODB_URI (use a real MongoDB instead of the dev server), KUBECONFIG (use
 # that cluster instead of the local control plane), API_ADDR (default 127.0.0.1:8082),
-# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), LEASE_INTERNAL_SECRET
+# LEASE_ADMIN_SECRET (operator API secret, default dev-admin-secret), ADMIN_ADDR (the operator
+# API's own listener, default 127.0.0.1:8083; never the admission port), LEASE_INTERNAL_SECRET
 # (internal secret of forwarded revocations, default a random one per run), SYSTEM_NAMESPACE
 # (default lease-system; docs/tenancy.md), LIVE_API_PORT (the live API, registered with the
 # local control plane's aggregation layer; default 8444).
@@ -18,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
 api=${API_ADDR:-127.0.0.1:8082}
+admin=${ADMIN_ADDR:-127.0.0.1:8083}
 system_ns=${SYSTEM_NAMESPACE:-lease-system}
 export LEASE_SYSTEM_NAMESPACE=$system_ns
 live_port=${LIVE_API_PORT:-8444}
@@ -68,7 +70,7 @@ export LEASE_ADMIN_SECRET=${LEASE_ADMIN_SECRET:-dev-admin-secret}
 # one per run unless given (docs/security.md).
 export LEASE_INTERNAL_SECRET=${LEASE_INTERNAL_SECRET:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 # The manager's log goes to a file until it is ready, then follows the lines to paste.
-"$bin/manager" --api-bind-address "$api" --metrics-bind-address 127.0.0.1:8080 \
+"$bin/manager" --api-bind-address "$api" --admin-bind-address "$admin" --metrics-bind-address 127.0.0.1:8080 \
   --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel \
   --allow-non-pod-callers "${live_flags[@]}" "$@" >"$logs/manager.log" 2>&1 &
 manager=$!
@@ -84,6 +86,7 @@ run: DEVELOPMENT SETTING --allow-non-pod-callers: callers that are no pod (this 
      for any tenant; pods act only for their namespace's tenant (docs/tenancy.md). Deployed managers refuse them.
 run: admission API on http://$api   (logs of the helpers: $logs)
      curl -sS -X POST http://$api/v1/leases -d '{"type":"tex","lease":"tex","tenant":"acme","project":"thesis","user":"ann"}'
+run: operator API on http://$admin/internal/lease/admin/ (Authorization: Bearer \$LEASE_ADMIN_SECRET)
 run: the operator's view, in another shell (the kubeconfig is all it needs):
      export KUBECONFIG=${KUBECONFIG}
      kubectl get leaseholders -A; kubectl get leasecounters -A

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -44,6 +47,7 @@ import (
 type managerFlags struct {
 	store           storeFlags
 	adminSecret     string
+	adminAddr       string
 	mcpEndpoints    string
 	metricsAddr     string
 	metricsSecure   bool
@@ -71,6 +75,8 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 		"Comma-separated MCP endpoints (http(s) URLs) the reaper may send a session DELETE to; a tenant's Secret supplies credentials for these only. Empty: none (docs/security.md).")
 	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv(settings.EnvAdminSecret),
 		"Bearer secret of the operator API /internal/lease/admin/... (env LEASE_ADMIN_SECRET); empty disables it.")
+	fs.StringVar(&f.adminAddr, "admin-bind-address", settings.DefaultAdminAddress,
+		"Address of the operator API, served only when --admin-secret is set; never the admission port (docs/security.md).")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.BoolVar(&f.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (TokenReview, SubjectAccessReview).")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
@@ -153,13 +159,33 @@ func runManager(args []string) error {
 	if err := setupChecks(mgr, rev.watcher); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "database", f.store.database, "webhook", f.agentImage != "")
+	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "admin", adminLogAddr(f), "database", f.store.database, "webhook", f.agentImage != "")
 	return mgr.Start(ctx)
 }
 
 func (f *managerFlags) validate() error {
 	if least := 2 * leasestore.DefaultOpTimeout; f.reconcileSafety < least {
 		return fmt.Errorf("--reconcile-safety %v is too short: it must exceed what an acquire or release may take (at least %v)", f.reconcileSafety, least)
+	}
+	return validateAdminAddr(f.adminSecret, f.adminAddr, f.apiAddr)
+}
+
+// validateAdminAddr refuses an operator API that would share the admission port: its bearer
+// secret must not travel where every pod can reach. Without a secret the API is off and the
+// address is not used.
+func validateAdminAddr(secret, adminAddr, apiAddr string) error {
+	if secret == "" {
+		return nil
+	}
+	if adminAddr == "" {
+		return errors.New("--admin-secret needs --admin-bind-address: the operator API is never served on the admission port")
+	}
+	_, adminPort, err := net.SplitHostPort(adminAddr)
+	if err != nil {
+		return fmt.Errorf("--admin-bind-address %q: %w", adminAddr, err)
+	}
+	if _, apiPort, err := net.SplitHostPort(apiAddr); err == nil && apiPort == adminPort {
+		return fmt.Errorf("--admin-bind-address %q shares port %s with --api-bind-address %q: the operator API needs a port of its own", adminAddr, adminPort, apiAddr)
 	}
 	return nil
 }
@@ -239,28 +265,50 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 	return revocationParts{self: self, watcher: watcher, hub: hub, registry: registry, dispatcher: dispatcher, sweep: sweep, metrics: m}, nil
 }
 
-// setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver, the agents' sweep relay
-// and the operator API on --api-bind-address.
+// setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver and the agents' sweep
+// relay on --api-bind-address, and the operator API on --admin-bind-address.
 func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver,
 	tenants tenancy.Map, rev revocationParts, wt waiting) error {
 	svc := leasing.NewService(store, resolver, rev.registry, append(wt.serviceOptions(),
 		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
 	wt.startNotifier(ctx, store)
 	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
-	mux := routes(routeHandlers{
+	servers := apiServers(f, routeHandlers{
 		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithTenantBinder(managerBinder(tenants, f.allowNonPod)),
 			httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
 		revoked: newReceiver(rev.self, rev.registry, agentlink.AgentKey(f.store.secret, rev.self.Namespace), store),
 		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 		// manager's dispatch matrix (an agent watches no pods).
 		relay: sweeper.RelayHandler(store, rev.dispatcher, realClock, leasing.DefaultSweepInterval),
-		admin: adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,
-			adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))),
-	})
-	if err := mgr.Add(httpServer{name: "admission API", addr: f.apiAddr, handler: mux}); err != nil {
-		return fmt.Errorf("adding the admission API: %w", err)
+	}, adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,
+		adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
+	for _, srv := range servers {
+		if err := mgr.Add(srv); err != nil {
+			return fmt.Errorf("adding the %s: %w", srv.name, err)
+		}
 	}
 	return nil
+}
+
+// apiServers are the manager's HTTP servers besides the live API: the admission server on
+// --api-bind-address (admission API, revocation receiver, sweep relay) and, only when an
+// admin secret is set, the operator API alone on --admin-bind-address. The admission server
+// never routes the operator API: every pod reaches it, and the bearer secret must not travel
+// there (issue 26).
+func apiServers(f managerFlags, h routeHandlers, admin http.Handler) []httpServer {
+	servers := []httpServer{{name: "admission API", addr: f.apiAddr, handler: routes(h)}}
+	if f.adminSecret != "" {
+		servers = append(servers, httpServer{name: "operator API", addr: f.adminAddr, handler: adminRoutes(admin)})
+	}
+	return servers
+}
+
+// adminLogAddr is the operator API's address for the start-up log, "off" without a secret.
+func adminLogAddr(f managerFlags) string {
+	if f.adminSecret == "" {
+		return "off"
+	}
+	return f.adminAddr
 }
 
 // managerBinder binds each acquisition to its calling pod's tenant; a caller that is no pod

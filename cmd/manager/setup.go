@@ -46,12 +46,11 @@ type routeHandlers struct {
 	revoked http.Handler
 	// relay runs an agent's lazy idle sweep on the manager.
 	relay http.Handler
-	// admin is the shared-secret operator API.
-	admin http.Handler
 }
 
-// routes is the route table of every server of both modes, built from the packages'
-// exported path constants.
+// routes is the route table of the admission servers of both modes, built from the packages'
+// exported path constants. The operator API is not among them: it has a listener of its own
+// (adminRoutes), so the admission port answers 404 for it.
 func routes(h routeHandlers) *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, r := range []struct {
@@ -62,12 +61,18 @@ func routes(h routeHandlers) *http.ServeMux {
 		{httpapi.PathOpenAPI, h.api},
 		{agentlink.ReceiverPath, h.revoked},
 		{sweeper.RelayPath, h.relay},
-		{adminapi.PathPrefix, h.admin},
 	} {
 		if r.handler != nil {
 			mux.Handle(r.path, r.handler)
 		}
 	}
+	return mux
+}
+
+// adminRoutes is the route table of the manager's operator API listener: that API alone.
+func adminRoutes(admin http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle(adminapi.PathPrefix, admin)
 	return mux
 }
 

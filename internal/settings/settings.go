@@ -22,6 +22,10 @@ const (
 	EnvInternalSecret = "LEASE_INTERNAL_SECRET"
 	// EnvAdminSecret is the bearer secret of the shared-secret operator API.
 	EnvAdminSecret = "LEASE_ADMIN_SECRET"
+	// DefaultAdminAddress is where the manager serves the operator API when it has a secret:
+	// loopback, on a port of its own, so that the bearer secret never crosses the pod network
+	// and the admission Service never routes to it (reach it with kubectl port-forward).
+	DefaultAdminAddress = "127.0.0.1:8083"
 	// EnvManagerURL tells an agent where the manager's API is: its lazy idle sweep runs
 	// there, so that reaped holders go through the manager's dispatch matrix.
 	EnvManagerURL = "LEASE_MANAGER_URL"

@@ -127,11 +127,12 @@ var _ = Describe("The tenant binding", func() {
 		expectNothingStored(otherTenant, project)
 
 		By("a second manager with the development setting, which says so in its log")
-		ports, err := freePorts(3)
+		ports, err := freePorts(4)
 		Expect(err).NotTo(HaveOccurred())
 		local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 		devAddr, devProbe := local(ports[0]), local(ports[2])
-		dev := startManager("dev-manager", devAddr, local(ports[1]), devProbe, "--allow-non-pod-callers")
+		dev := startManager("dev-manager", devAddr, local(ports[1]), devProbe, "--allow-non-pod-callers",
+			"--admin-bind-address", local(ports[3]))
 		DeferCleanup(func() { Expect(dev.stop()).To(Succeed()) })
 		waitReady(dev, "http://"+devProbe+"/readyz")
 		Expect(strings.Contains(dev.tail(400), "DEVELOPMENT SETTING --allow-non-pod-callers")).To(BeTrue(), dev.describe())

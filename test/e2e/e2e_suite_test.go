@@ -78,11 +78,15 @@ var (
 	// bareAgentProc is an agent configured with a built-in ConfigMap that does not exist.
 	bareAgentProc *process
 
-	// managerAddr is the manager's admission and operator API (host:port).
+	// managerAddr is the manager's admission API (host:port); adminAddr its operator API, on a
+	// listener of its own.
 	managerAddr string
+	adminAddr   string
 	// managerAPI and agentAPI call from 127.0.0.1: as pod app-0.
 	managerAPI *apiClient
 	agentAPI   *apiClient
+	// adminAPI calls the manager's operator API.
+	adminAPI *apiClient
 	// bareAgentAPI calls bareAgentProc.
 	bareAgentAPI *apiClient
 	// otherAgentAPI is the other tenant's agent; otherManagerAPI calls the manager from
@@ -184,10 +188,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(bin.err).NotTo(HaveOccurred(), "building the manager")
 	managerBin = bin.value
 
-	ports, err := freePorts(9)
+	ports, err := freePorts(10)
 	Expect(err).NotTo(HaveOccurred())
 	local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-	managerAddr = local(ports[0])
+	managerAddr, adminAddr = local(ports[0]), local(ports[9])
 	probeAddr, metricsAddr, agentAPIAddr := local(ports[1]), local(ports[2]), local(ports[3])
 	agentInternalPort := ports[4]
 	agentInternalAddr := local(agentInternalPort)
@@ -195,7 +199,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	otherAgentAPIAddr, otherAgentInternalAddr := local(ports[7]), local(ports[8])
 
 	managerInternalPort = agentInternalPort
-	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr)
+	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr, "--admin-bind-address", adminAddr)
 
 	agentProc = startAgent("agent", appPod, agentAPIAddr, agentInternalAddr, builtinConfigMap)
 	bareAgentProc = startAgent("bare-agent", appPod, bareAgentAPIAddr, bareAgentInternalAddr, "no-such-configmap")
@@ -209,6 +213,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	GinkgoWriter.Printf("e2e: manager and agent ready %v after their start\n", time.Since(launched).Round(time.Millisecond))
 
 	managerAPI = newAPIClient("manager", managerAddr, "")
+	adminAPI = newAPIClient("manager's operator API", adminAddr, "")
 	agentAPI = newAPIClient("agent", agentAPIAddr, "")
 	bareAgentAPI = newAPIClient("bare-agent", bareAgentAPIAddr, "")
 	otherAgentAPI = newAPIClient("other-agent", otherAgentAPIAddr, "")

@@ -159,11 +159,17 @@ var _ = Describe("The lease system", func() {
 		}()
 		Consistently(polled).ShouldNot(Receive(), "the long-poll answered before anything happened")
 
+		By("the admission port not serving the operator API, even with the secret (issue 26)")
+		r := managerAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke",
+			map[string]string{"token": l.Token, "tenant": tenant}, "Authorization: Bearer "+adminSecret)
+		Expect(r.Status).To(Equal(http.StatusNotFound), "%s", r)
+		Expect(agentAPI.check(Default, l.Token).Status).To(Equal(http.StatusOK), "the admission port revoked nothing")
+
 		By("the operator API refusing a caller without the secret")
 		admin := func(body any, headers ...string) response {
-			return managerAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", body, headers...)
+			return adminAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", body, headers...)
 		}
-		r := admin(map[string]string{"token": l.Token})
+		r = admin(map[string]string{"token": l.Token})
 		Expect(r.Status).To(Equal(http.StatusUnauthorized), "%s", r)
 		Expect(decode[apiError](Default, r).Error).To(Equal("UNAUTHORIZED"))
 		r = admin(map[string]string{"token": l.Token}, "Authorization: Bearer wrong")
@@ -426,7 +432,7 @@ var _ = Describe("The lease system", func() {
 		l := managerAPI.mustAcquire(req)
 		Expect(managerAPI.release(Default, l.Token).Status).To(Equal(http.StatusOK))
 		l = managerAPI.mustAcquire(req)
-		r := managerAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", map[string]string{"token": l.Token},
+		r := adminAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", map[string]string{"token": l.Token},
 			"Authorization: Bearer "+adminSecret)
 		Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
 
@@ -474,7 +480,7 @@ var _ = Describe("The lease system", func() {
 	// registry.
 	It("exports the revocation dispatch metrics on the manager's metrics endpoint", func() {
 		l := managerAPI.mustAcquire(acquireRequest{Type: "tex", Lease: "tex", Tenant: tenant, Project: "dispatch", User: "ann"}.withWait(0))
-		r := managerAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", map[string]string{"token": l.Token},
+		r := adminAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke", map[string]string{"token": l.Token},
 			"Authorization: Bearer "+adminSecret)
 		Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
 		Eventually(func(g Gomega) {

@@ -121,7 +121,7 @@ func (e *example) send(line string) {
 // the revocation is forwarded to the holder's agent).
 func revokeByOperator(token, tenant string) {
 	GinkgoHelper()
-	r := managerAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke",
+	r := adminAPI.do(Default, http.MethodPost, "/internal/lease/admin/revoke",
 		map[string]string{"token": token, "tenant": tenant}, "Authorization: Bearer "+adminSecret)
 	Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
 }
