@@ -2,23 +2,19 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/agentlink"
-	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/deflink"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
@@ -37,7 +33,7 @@ type agentFlags struct {
 	apiAddr      string
 	internalAddr string
 	managerURL   string
-	tenancy      tenancyFlags
+	sourceIP     string
 }
 
 func (f *agentFlags) bind(fs *flag.FlagSet) {
@@ -47,13 +43,31 @@ func (f *agentFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", settings.AgentInternalPort),
 		"Address of the endpoint that receives revocations forwarded by other pods.")
 	fs.StringVar(&f.managerURL, "manager-url", os.Getenv(settings.EnvManagerURL),
-		"URL of the manager's admission Service (env LEASE_MANAGER_URL): the lazy idle sweep runs there, so reaped holders get the full dispatch matrix; empty sweeps here.")
-	f.tenancy.bind(fs, true)
+		"URL of the manager's admission Service (env LEASE_MANAGER_URL), required: the agent asks the manager for its tenant and its lease definitions, and for the lazy idle sweep (docs/security.md).")
+	fs.StringVar(&f.sourceIP, "manager-source-ip", "",
+		"DEVELOPMENT ONLY: the local address of the connections to the manager, where several simulated pods share one host (pods on 127.0.0.x); the manager tells pods apart by source address. In a pod leave it empty.")
+}
+
+// check refuses settings under which the agent could never answer.
+func (f agentFlags) check(key string) error {
+	var errs []error
+	if f.managerURL == "" {
+		errs = append(errs, errors.New("--manager-url (LEASE_MANAGER_URL) is required: the agent gets its tenant and its lease definitions from the manager"))
+	}
+	if key == "" {
+		errs = append(errs, fmt.Errorf("no agent key: set %s or --internal-secret; the manager answers only signed requests", settings.EnvAgentKey))
+	}
+	if f.store.defaultsDir != "" {
+		errs = append(errs, errors.New("--defaults-dir is the manager's: the agent resolves nothing itself"))
+	}
+	return errors.Join(errs...)
 }
 
 // runAgent runs the lease agent: the admission library for the pod's own containers on
 // 127.0.0.1, with the pod's identity from the downward API, the long-poll for revocations,
-// and the endpoint that receives revocations forwarded by reapers elsewhere.
+// and the endpoint that receives revocations forwarded by reapers elsewhere. It reads nothing
+// from the Kubernetes API: its tenant and its definitions come from the manager (deflink),
+// so the pod's service account needs no role (docs/security.md, "Agents ask the manager").
 func runAgent(args []string) error {
 	var f agentFlags
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
@@ -68,41 +82,16 @@ func runAgent(args []string) error {
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(leasev1alpha1.AddToScheme(scheme))
-	utilruntime.Must(corev1.AddToScheme(scheme)) // Namespaces (tenancy) and the built-in ConfigMap
-	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&leasev1alpha1.LeaseDefinition{}: {}}}
-	namespaces := splitList(f.tenancy.namespaces)
-	if len(namespaces) > 0 {
-		copts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range namespaces {
-			copts.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
-	// A manager only to run the definitions cache, the servers and the probes; the agent
-	// runs no controller and needs no leader.
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  copts,
-		HealthProbeBindAddress: "0",
-		Metrics:                metricsOff(),
-	})
-	if err != nil {
-		return fmt.Errorf("creating the agent: %w", err)
-	}
-	if err := k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	key := cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace))
+	if err := f.check(key); err != nil {
 		return err
 	}
-	resolver, tenants, err := newTenantResolver(ctx, mgr, f.store.defaultsDir, f.tenancy, namespaces)
-	if err != nil {
-		return err
-	}
-	if err := k8ssource.RegisterInvalidation(ctx, mgr.GetCache(), resolver); err != nil {
-		return err
-	}
-	k8ssource.RegisterTenancyInvalidation(tenants, resolver)
+	defs := deflink.NewClient(f.managerURL, self.Namespace, key,
+		deflink.WithSourceIP(f.sourceIP), deflink.WithClientLogger(log.WithName("definitions")))
 	wt := newWaiting()
-	wt.followDefinitions(resolver)
+	// A definition the manager may have changed wakes every waiter, which re-resolves, as
+	// followDefinitions does with the manager's own resolver (docs/waiting.md).
+	defs.OnChange(func() { wt.queue.WakeAll() })
 	store, closeStore, err := setupStore(f.store, wt.storeOptions()...)
 	if err != nil {
 		return err
@@ -113,53 +102,67 @@ func runAgent(args []string) error {
 	hub := notify.NewHub(eventsKeep, realClock)
 	registry := handlers.NewDefaultRegistry(hub, nil, nil)
 	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
-	// dispatches the reaped holders through the full matrix. Only when no manager is set or
+	// dispatches the reaped holders through the full matrix. Only when the manager is not
 	// reachable does the agent sweep itself; then its own pod is alive and the liveness of
 	// every other pod is unknown: release only, no handler (those holders learn of it at their
 	// next check, LEASE_LOST).
 	dispatcher := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
 		revocation.WithMetrics(m), revocation.WithRegisterer(ctrlmetrics.Registry),
 		revocation.WithLogger(log.WithName("revocation")))
-	svcOpts := wt.serviceOptions()
-	if f.managerURL != "" {
-		svcOpts = append(svcOpts, leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)))
-	}
-	svcOpts = append(svcOpts, leasing.WithRevocationListener(dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(m))
-	svc := leasing.NewService(store, resolver, registry, svcOpts...)
+	svcOpts := append(wt.serviceOptions(), leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)),
+		leasing.WithRevocationListener(dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(m))
+	svc := leasing.NewService(store, defs, registry, svcOpts...)
 	wt.startNotifier(ctx, store)
 
 	api := routes(routeHandlers{
-		// The pod's containers act only for the tenant of the pod's namespace.
+		// The pod's containers act only for the tenant of the pod's namespace, as the manager
+		// last told it; until the manager answered once, LEASE_UNAVAILABLE.
 		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)),
-			httpapi.WithTenantBinder(tenancy.Binder{Map: tenants, NonPod: tenancy.NonPodRefused}.Bind),
+			httpapi.WithTenantBinder(tenancy.Binder{Map: defs.Tenancy(), NonPod: tenancy.NonPodRefused}.Bind),
 			httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),
 	})
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
-	internal := routes(routeHandlers{revoked: newReceiver(self, registry,
-		cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace)), store)})
+	internal := routes(routeHandlers{revoked: newReceiver(self, registry, key, store)})
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// The consumer path's metrics (acquire, check, release, dispatch), as on the manager.
 	internal.Handle("GET "+metrics.Path, metrics.Handler())
-	// Ready once the definitions are cached. A store outage does not make the agent unready:
-	// a sidecar's readiness is the pod's, and an outage would pull every injected pod out of
-	// its Services; it shows per call as LEASE_UNAVAILABLE instead.
-	internal.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
-			http.Error(w, "lease definitions not synced", http.StatusServiceUnavailable)
+	// Ready once the manager answered. Neither a later manager outage nor a store outage makes
+	// the agent unready: a sidecar's readiness is the pod's, and an outage would pull every
+	// injected pod out of its Services; it shows per call as LEASE_UNAVAILABLE instead.
+	internal.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !defs.Ready() {
+			http.Error(w, "the manager has not answered yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
 
-	for _, r := range []manager.Runnable{
+	log.Info("Starting the lease agent", "pod", self.String(), "api", f.apiAddr, "internal", f.internalAddr, "manager", f.managerURL)
+	return runAll(ctx,
 		dispatcher,
+		defs,
 		httpServer{name: "agent API", addr: f.apiAddr, handler: api},
 		httpServer{name: "agent internal", addr: f.internalAddr, handler: internal},
-	} {
-		if err := mgr.Add(r); err != nil {
-			return fmt.Errorf("adding runnable: %w", err)
+	)
+}
+
+// runAll runs every runnable until ctx ends or one of them fails, then stops the others and
+// waits for them. The agent has no controller-runtime manager: it reads no Kubernetes API.
+func runAll(ctx context.Context, runnables ...manager.Runnable) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runnables))
+	for _, r := range runnables {
+		go func() { errs <- r.Start(ctx) }()
+	}
+	var first error
+	for range runnables {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		} else if err == nil {
+			cancel() // a runnable that ends early ends the agent
 		}
 	}
-	log.Info("Starting the lease agent", "pod", self.String(), "api", f.apiAddr, "internal", f.internalAddr)
-	return mgr.Start(ctx)
+	return first
 }

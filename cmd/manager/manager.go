@@ -70,7 +70,7 @@ type managerFlags struct {
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
 	f.store.bind(fs)
-	f.tenancy.bind(fs, false)
+	f.tenancy.bind(fs)
 	fs.StringVar(&f.mcpEndpoints, "mcp-endpoints", "",
 		"Comma-separated MCP endpoints (http(s) URLs) the reaper may send a session DELETE to; a tenant's Secret supplies credentials for these only. Empty: none (docs/security.md).")
 	fs.StringVar(&f.adminSecret, "admin-secret", os.Getenv(settings.EnvAdminSecret),
@@ -90,7 +90,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.agentImage, "agent-image", "", "Image of the injected lease agent (normally the manager's own); empty disables the injection webhook.")
 	fs.StringVar(&f.agentSecret, "agent-store-secret", inject.DefaultStoreSecret, "Secret (in the pod's namespace) whose key uri the agent uses as MONGODB_URI.")
 	fs.StringVar(&f.agentManagerURL, "agent-manager-url", "",
-		"URL of this manager's admission Service, given to injected agents (LEASE_MANAGER_URL) for their lazy idle sweeps.")
+		"URL of this manager's admission Service, given to injected agents (LEASE_MANAGER_URL), required with --agent-image: agents ask it for their tenant, their lease definitions and their lazy idle sweeps.")
 	fs.IntVar(&f.agentPort, "agent-internal-port", settings.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
@@ -166,6 +166,9 @@ func runManager(args []string) error {
 func (f *managerFlags) validate() error {
 	if least := 2 * leasestore.DefaultOpTimeout; f.reconcileSafety < least {
 		return fmt.Errorf("--reconcile-safety %v is too short: it must exceed what an acquire or release may take (at least %v)", f.reconcileSafety, least)
+	}
+	if f.agentImage != "" && f.agentManagerURL == "" {
+		return errors.New("--agent-image needs --agent-manager-url: injected agents ask this manager's admission Service for their definitions")
 	}
 	return validateAdminAddr(f.adminSecret, f.adminAddr, f.apiAddr)
 }
@@ -265,10 +268,10 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 	return revocationParts{self: self, watcher: watcher, hub: hub, registry: registry, dispatcher: dispatcher, sweep: sweep, metrics: m}, nil
 }
 
-// setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver and the agents' sweep
-// relay on --api-bind-address, and the operator API on --admin-bind-address.
+// setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver, the agents' sweep
+// relay and the agents' definitions on --api-bind-address, and the operator API on --admin-bind-address.
 func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver,
-	tenants tenancy.Map, rev revocationParts, wt waiting) error {
+	tenants *tenancy.Informed, rev revocationParts, wt waiting) error {
 	svc := leasing.NewService(store, resolver, rev.registry, append(wt.serviceOptions(),
 		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
 	wt.startNotifier(ctx, store)
@@ -280,6 +283,8 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 		// manager's dispatch matrix (an agent watches no pods).
 		relay: sweeper.RelayHandler(store, rev.dispatcher, realClock, leasing.DefaultSweepInterval),
+		// Agents read no Kubernetes API: they ask here for their tenant and definitions.
+		definitions: agentDefinitions(resolver, tenants, rev.watcher, f.store.secret),
 	}, adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,
 		adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 	for _, srv := range servers {
@@ -330,10 +335,6 @@ func setupWebhooks(mgr ctrl.Manager, f managerFlags) error {
 	}
 	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL,
 		AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.secret, ns) }}
-	var err error
-	if cfg.Tenancy, err = agentTenancy(f.tenancy, splitList(f.namespaces), f.store.defaultsDir); err != nil {
-		return err
-	}
 	if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/agentlink"
+	"github.com/vancetope/lease-operator/internal/deflink"
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
@@ -46,6 +47,8 @@ type routeHandlers struct {
 	revoked http.Handler
 	// relay runs an agent's lazy idle sweep on the manager.
 	relay http.Handler
+	// definitions answers the agents' definitions and tenancy (deflink).
+	definitions http.Handler
 }
 
 // routes is the route table of the admission servers of both modes, built from the packages'
@@ -61,6 +64,8 @@ func routes(h routeHandlers) *http.ServeMux {
 		{httpapi.PathOpenAPI, h.api},
 		{agentlink.ReceiverPath, h.revoked},
 		{sweeper.RelayPath, h.relay},
+		{deflink.ResolvePath, h.definitions},
+		{deflink.WatchPath, h.definitions},
 	} {
 		if r.handler != nil {
 			mux.Handle(r.path, r.handler)

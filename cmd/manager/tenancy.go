@@ -15,30 +15,23 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
-	"github.com/vancetope/lease-operator/internal/inject"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
-// tenancyFlags are the settings both modes must share to resolve the same definitions: the
-// system namespace, the namespaces read, and the built-in layer's ConfigMap
-// (docs/tenancy.md). The injection webhook hands the manager's values to every agent.
+// tenancyFlags are the manager's settings of tenancy: the system namespace and the built-in
+// layer's ConfigMap (docs/tenancy.md). Agents need neither: they ask the manager (deflink).
 type tenancyFlags struct {
 	systemNamespace  string
-	namespaces       string
 	builtinConfigMap string
 }
 
-func (t *tenancyFlags) bind(fs *flag.FlagSet, namespacesFlag bool) {
+func (t *tenancyFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&t.systemNamespace, "system-namespace", envOr(settings.EnvSystemNamespace, os.Getenv(settings.EnvPodNamespace)),
 		"Namespace whose LeaseDefinitions may hold the system layer (env "+settings.EnvSystemNamespace+"; default: this pod's namespace, POD_NAMESPACE).")
 	fs.StringVar(&t.builtinConfigMap, "builtin-configmap", os.Getenv(settings.EnvBuiltinConfigMap),
 		"ConfigMap in the system namespace whose <name>.yaml entries extend the compiled-in definitions (env "+settings.EnvBuiltinConfigMap+
-			"); the manager and its agents read the same one. If it cannot be read, every lease is unavailable.")
-	if namespacesFlag {
-		fs.StringVar(&t.namespaces, "namespaces", os.Getenv(settings.EnvNamespaces),
-			"Comma-separated namespaces to read LeaseDefinitions from (env "+settings.EnvNamespaces+"); empty reads all. Must include the system namespace.")
-	}
+			"). If it cannot be read, every lease is unavailable.")
 }
 
 // check rejects settings under which the system layer could never count.
@@ -92,15 +85,6 @@ func loadBuiltins(ctx context.Context, reader client.Reader, defaultsDir string,
 		ctrl.Log.WithName("setup").Error(p, "Broken built-in definition: its lease is unavailable")
 	}
 	return builtins, nil
-}
-
-// agentTenancy is what the injection webhook tells agents, so that they resolve exactly what
-// this manager resolves. A --defaults-dir cannot be handed to agents in other namespaces.
-func agentTenancy(t tenancyFlags, namespaces []string, defaultsDir string) (inject.Tenancy, error) {
-	if defaultsDir != "" {
-		return inject.Tenancy{}, errors.New("--defaults-dir is local to the manager; with --agent-image give the built-in layer as --builtin-configmap, which agents read too")
-	}
-	return inject.Tenancy{SystemNamespace: t.systemNamespace, Namespaces: namespaces, BuiltinConfigMap: t.builtinConfigMap}, nil
 }
 
 // newTenantResolver sets up tenancy on mgr's cache and returns the resolver over the built-in

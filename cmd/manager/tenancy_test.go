@@ -32,17 +32,6 @@ func TestTenancyFlagsCheck(t *testing.T) {
 	}
 }
 
-func TestAgentTenancyRefusesADefaultsDir(t *testing.T) {
-	flags := tenancyFlags{systemNamespace: "lease-system", builtinConfigMap: "builtin"}
-	got, err := agentTenancy(flags, []string{"lease-system", "acme"}, "")
-	if err != nil || got.SystemNamespace != "lease-system" || got.BuiltinConfigMap != "builtin" || len(got.Namespaces) != 2 {
-		t.Errorf("agentTenancy() = %+v, %v", got, err)
-	}
-	if _, err := agentTenancy(flags, nil, "/etc/lease/defaults"); err == nil || !strings.Contains(err.Error(), "--builtin-configmap") {
-		t.Errorf("agentTenancy() with --defaults-dir = %v, want an error pointing to --builtin-configmap", err)
-	}
-}
-
 // The manager refuses callers that are no pod unless the development flag is given: the
 // deployed manifests (config/manager) do not give it.
 func TestManagerBinderNonPodCallers(t *testing.T) {

@@ -58,16 +58,6 @@ const (
 	StoreSecretKey = "uri"
 )
 
-// Tenancy is what an agent must share with the manager to resolve exactly the definitions
-// the manager resolves (docs/tenancy.md): the system namespace, the namespaces whose
-// LeaseDefinitions count (empty: all) and the ConfigMap of the built-in layer (empty: only the
-// compiled-in documents).
-type Tenancy struct {
-	SystemNamespace  string
-	Namespaces       []string
-	BuiltinConfigMap string
-}
-
 // AgentArgs are the arguments of the agent container: sidecar mode, then its two listeners.
 // The manager binary must accept them: `manager agent --api-bind-address=127.0.0.1:8090
 // --internal-bind-address=:8091`.
@@ -91,7 +81,9 @@ type Config struct {
 	StoreSecret string
 	// StoreDatabase, when set, becomes MONGODB_DATABASE.
 	StoreDatabase string
-	// ManagerURL, when set, becomes LEASE_MANAGER_URL (the manager's admission Service).
+	// ManagerURL becomes LEASE_MANAGER_URL: the manager's admission Service, which the agent
+	// asks for its tenant, its lease definitions and its lazy idle sweeps. Required: the
+	// agent reads nothing from the Kubernetes API, so its pod's service account needs no role.
 	ManagerURL string
 	// Resources of the agent container; zero means DefaultAgentResources.
 	Resources corev1.ResourceRequirements
@@ -99,9 +91,6 @@ type Config struct {
 	// revocations with (agentlink.AgentKey); it becomes LEASE_AGENT_KEY. The manager's
 	// internal secret itself never leaves the manager.
 	AgentKey func(namespace string) string
-	// Tenancy is the manager's; the agent gets it as environment variables. Its
-	// SystemNamespace is required.
-	Tenancy Tenancy
 }
 
 // DefaultAgentResources are modest: the agent is an HTTP front for a few store round trips.
@@ -137,8 +126,8 @@ func (c Config) Validate() error {
 	if c.Image == "" {
 		errs = append(errs, errors.New("agent image is required"))
 	}
-	if c.Tenancy.SystemNamespace == "" {
-		errs = append(errs, errors.New("the system namespace is required: agents must resolve what the manager resolves"))
+	if c.ManagerURL == "" {
+		errs = append(errs, errors.New("the manager URL is required: agents ask the manager for their definitions"))
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(c.StoreSecret) {
 		errs = append(errs, fmt.Errorf("store secret %q: %s", c.StoreSecret, msg))

@@ -3,7 +3,6 @@ package inject
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/vancetope/lease-operator/internal/settings"
 	corev1 "k8s.io/api/core/v1"
@@ -222,22 +221,12 @@ func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container 
 			Key:                  StoreSecretKey,
 		}}},
 	}
-	// The manager's tenancy, so that the agent resolves what the manager resolves. The
-	// built-in layer lives in a ConfigMap of the system namespace, which a pod elsewhere
-	// cannot mount: the agent reads it through the API (config/rbac/agent_role.yaml).
-	env = append(env, corev1.EnvVar{Name: settings.EnvSystemNamespace, Value: cfg.Tenancy.SystemNamespace})
-	if len(cfg.Tenancy.Namespaces) > 0 {
-		env = append(env, corev1.EnvVar{Name: settings.EnvNamespaces, Value: strings.Join(cfg.Tenancy.Namespaces, ",")})
-	}
-	if cfg.Tenancy.BuiltinConfigMap != "" {
-		env = append(env, corev1.EnvVar{Name: settings.EnvBuiltinConfigMap, Value: cfg.Tenancy.BuiltinConfigMap})
-	}
 	if cfg.StoreDatabase != "" {
 		env = append(env, corev1.EnvVar{Name: settings.EnvMongoDatabase, Value: cfg.StoreDatabase})
 	}
-	if cfg.ManagerURL != "" {
-		env = append(env, corev1.EnvVar{Name: settings.EnvManagerURL, Value: cfg.ManagerURL})
-	}
+	// The agent's tenant and definitions come from the manager (internal/deflink), not from
+	// the Kubernetes API: the pod's service account needs no role for the agent.
+	env = append(env, corev1.EnvVar{Name: settings.EnvManagerURL, Value: cfg.ManagerURL})
 	// The API server has set the namespace of a created pod before admission.
 	if cfg.AgentKey != nil && namespace != "" {
 		if key := cfg.AgentKey(namespace); key != "" {

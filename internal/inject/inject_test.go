@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func wantAgent() corev1.Container {
 			{Name: "MONGODB_URI", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "lease-store"}, Key: "uri",
 			}}},
-			{Name: "LEASE_SYSTEM_NAMESPACE", Value: "lease-system"},
+			{Name: "LEASE_MANAGER_URL", Value: testManagerURL},
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "lease-agent", ContainerPort: 8090, Protocol: corev1.ProtocolTCP},
@@ -75,7 +76,8 @@ func wantAgent() corev1.Container {
 	}
 }
 
-var testTenancy = Tenancy{SystemNamespace: "lease-system"}
+// testManagerURL is the manager's admission Service, which every agent is given.
+const testManagerURL = "http://lease-operator-admission.lease-operator-system.svc:8082"
 
 var urlEnv = corev1.EnvVar{Name: "LEASE_AGENT_URL", Value: "http://127.0.0.1:8090"}
 
@@ -101,7 +103,7 @@ func injected(annotations map[string]string) *corev1.Pod {
 var inject = map[string]string{"lease.vancetope.io/inject": "true"}
 
 func TestInject(t *testing.T) {
-	cfg := Config{Image: testImage, Tenancy: testTenancy}
+	cfg := Config{Image: testImage, ManagerURL: testManagerURL}
 	tests := map[string]struct {
 		pod         *corev1.Pod
 		cfg         Config
@@ -132,34 +134,21 @@ func TestInject(t *testing.T) {
 			wantChanged: true,
 		},
 		"configured store secret and database": {
-			pod: testPod(inject), cfg: Config{Image: testImage, StoreSecret: "mongo", StoreDatabase: "leases", Tenancy: testTenancy},
+			pod: testPod(inject), cfg: Config{Image: testImage, StoreSecret: "mongo", StoreDatabase: "leases", ManagerURL: testManagerURL},
 			want: func() *corev1.Pod {
 				p := injected(inject)
 				agent := &p.Spec.InitContainers[0]
 				agent.Env[4].ValueFrom.SecretKeyRef.Name = "mongo"
-				agent.Env = append(agent.Env, corev1.EnvVar{Name: "MONGODB_DATABASE", Value: "leases"})
-				return p
-			}(),
-			wantChanged: true,
-		},
-		"the manager's namespaces and built-in ConfigMap": {
-			pod: testPod(inject), cfg: Config{Image: testImage, Tenancy: Tenancy{SystemNamespace: "lease-system",
-				Namespaces: []string{"lease-system", "acme"}, BuiltinConfigMap: "lease-builtin"}},
-			want: func() *corev1.Pod {
-				p := injected(inject)
-				agent := &p.Spec.InitContainers[0]
-				agent.Env = append(agent.Env, corev1.EnvVar{Name: "LEASE_NAMESPACES", Value: "lease-system,acme"},
-					corev1.EnvVar{Name: "LEASE_BUILTIN_CONFIGMAP", Value: "lease-builtin"})
+				agent.Env = slices.Insert(agent.Env, 5, corev1.EnvVar{Name: "MONGODB_DATABASE", Value: "leases"})
 				return p
 			}(),
 			wantChanged: true,
 		},
 		"configured manager URL": {
-			pod: testPod(inject), cfg: Config{Image: testImage, ManagerURL: "http://lease-operator-admission.lease-operator-system.svc:8082", Tenancy: testTenancy},
+			pod: testPod(inject), cfg: Config{Image: testImage, ManagerURL: "http://manager.example:8082"},
 			want: func() *corev1.Pod {
 				p := injected(inject)
-				agent := &p.Spec.InitContainers[0]
-				agent.Env = append(agent.Env, corev1.EnvVar{Name: "LEASE_MANAGER_URL", Value: "http://lease-operator-admission.lease-operator-system.svc:8082"})
+				p.Spec.InitContainers[0].Env[5].Value = "http://manager.example:8082"
 				return p
 			}(),
 			wantChanged: true,
@@ -380,10 +369,10 @@ func TestInjectRejectsBadConfig(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		"no image":              {cfg: Config{Tenancy: testTenancy}, wantErr: "agent image is required"},
-		"no system namespace":   {cfg: Config{Image: testImage}, wantErr: "the system namespace is required"},
-		"bad store secret":      {cfg: Config{Image: testImage, StoreSecret: "a/b", Tenancy: testTenancy}, wantErr: `store secret "a/b"`},
-		"bad image pull policy": {cfg: Config{Image: testImage, ImagePullPolicy: "Sometimes", Tenancy: testTenancy}, wantErr: `image pull policy "Sometimes"`},
+		"no image":              {cfg: Config{ManagerURL: testManagerURL}, wantErr: "agent image is required"},
+		"no manager URL":        {cfg: Config{Image: testImage}, wantErr: "the manager URL is required"},
+		"bad store secret":      {cfg: Config{Image: testImage, StoreSecret: "a/b", ManagerURL: testManagerURL}, wantErr: `store secret "a/b"`},
+		"bad image pull policy": {cfg: Config{Image: testImage, ImagePullPolicy: "Sometimes", ManagerURL: testManagerURL}, wantErr: `image pull policy "Sometimes"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -404,7 +393,7 @@ func TestInjectRejectsBadConfig(t *testing.T) {
 func TestInjectCustomResources(t *testing.T) {
 	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}}
 	pod := testPod(inject)
-	if _, err := Inject(pod, Config{Image: testImage, Resources: res, ImagePullPolicy: corev1.PullAlways, Tenancy: testTenancy}); err != nil {
+	if _, err := Inject(pod, Config{Image: testImage, Resources: res, ImagePullPolicy: corev1.PullAlways, ManagerURL: testManagerURL}); err != nil {
 		t.Fatalf("Inject() error = %v", err)
 	}
 	agent := pod.Spec.InitContainers[0]

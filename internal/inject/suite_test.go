@@ -52,8 +52,8 @@ var _ = BeforeSuite(func() {
 	mgr, err := ctrl.NewManager(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(inject.SetupWebhookWithManager(mgr, inject.Config{Image: agentImage,
-		AgentKey: func(ns string) string { return "key-of-" + ns },
-		Tenancy:  inject.Tenancy{SystemNamespace: "lease-system"}})).To(Succeed())
+		AgentKey:   func(ns string) string { return "key-of-" + ns },
+		ManagerURL: "http://lease-operator-admission.lease-operator-system.svc:8082"})).To(Succeed())
 	stopMgr = testenv.RunManager(mgr)
 	Eventually(func() error { return mgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
 })

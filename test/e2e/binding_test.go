@@ -100,7 +100,7 @@ var _ = Describe("The tenant binding", func() {
 		Expect(err).NotTo(HaveOccurred())
 		apiAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 		internalAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
-		agent := startAgent("no-tenant-agent", pod, apiAddr, internalAddr, builtinConfigMap)
+		agent := startAgent("no-tenant-agent", pod, podIP, apiAddr, internalAddr, "http://"+managerAddr)
 		DeferCleanup(func() { Expect(agent.stop()).To(Succeed()) })
 		waitReady(agent, "http://"+internalAddr+"/readyz")
 		apis := []*apiClient{newAPIClient("no-tenant-agent", apiAddr, ""), newAPIClient("manager (from "+ns+"/app-0)", managerAddr, podIP)}

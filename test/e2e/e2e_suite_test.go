@@ -75,7 +75,8 @@ var (
 	agentProc   *process
 	// otherAgentProc is the agent of otherNamespace's pod.
 	otherAgentProc *process
-	// bareAgentProc is an agent configured with a built-in ConfigMap that does not exist.
+	// bareAgentProc is an agent whose manager URL leads nowhere: it never reaches its
+	// manager, so it never learns its tenant or a definition.
 	bareAgentProc *process
 
 	// managerAddr is the manager's admission API (host:port); adminAddr its operator API, on a
@@ -87,8 +88,9 @@ var (
 	agentAPI   *apiClient
 	// adminAPI calls the manager's operator API.
 	adminAPI *apiClient
-	// bareAgentAPI calls bareAgentProc.
-	bareAgentAPI *apiClient
+	// bareAgentAPI calls bareAgentProc; bareAgentReadyURL is its /readyz.
+	bareAgentAPI      *apiClient
+	bareAgentReadyURL string
 	// otherAgentAPI is the other tenant's agent; otherManagerAPI calls the manager from
 	// otherPodIP, as that tenant's pod.
 	otherAgentAPI   *apiClient
@@ -188,7 +190,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(bin.err).NotTo(HaveOccurred(), "building the manager")
 	managerBin = bin.value
 
-	ports, err := freePorts(10)
+	ports, err := freePorts(11)
 	Expect(err).NotTo(HaveOccurred())
 	local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	managerAddr, adminAddr = local(ports[0]), local(ports[9])
@@ -201,15 +203,17 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	managerInternalPort = agentInternalPort
 	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr, "--admin-bind-address", adminAddr)
 
-	agentProc = startAgent("agent", appPod, agentAPIAddr, agentInternalAddr, builtinConfigMap)
-	bareAgentProc = startAgent("bare-agent", appPod, bareAgentAPIAddr, bareAgentInternalAddr, "no-such-configmap")
-	otherAgentProc = startAgent("other-agent", otherPod, otherAgentAPIAddr, otherAgentInternalAddr, builtinConfigMap)
+	managerURL := "http://" + managerAddr
+	agentProc = startAgent("agent", appPod, appPodIP, agentAPIAddr, agentInternalAddr, managerURL)
+	// Nothing listens on ports[10]: the bare agent's manager is unreachable.
+	bareAgentProc = startAgent("bare-agent", appPod, appPodIP, bareAgentAPIAddr, bareAgentInternalAddr, "http://"+local(ports[10]))
+	otherAgentProc = startAgent("other-agent", otherPod, otherPodIP, otherAgentAPIAddr, otherAgentInternalAddr, managerURL)
 
 	launched := time.Now()
 	waitReady(managerProc, "http://"+probeAddr+"/readyz")
 	waitReady(agentProc, "http://"+agentInternalAddr+"/readyz")
-	waitReady(bareAgentProc, "http://"+bareAgentInternalAddr+"/readyz")
 	waitReady(otherAgentProc, "http://"+otherAgentInternalAddr+"/readyz")
+	bareAgentReadyURL = "http://" + bareAgentInternalAddr + "/readyz"
 	GinkgoWriter.Printf("e2e: manager and agent ready %v after their start\n", time.Since(launched).Round(time.Millisecond))
 
 	managerAPI = newAPIClient("manager", managerAddr, "")
@@ -239,7 +243,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 	}
 	mongotest.Stop()
 	Expect(agentErr).NotTo(HaveOccurred(), "the agent should run until the end of the suite")
-	Expect(bareAgentErr).NotTo(HaveOccurred(), "the agent without its ConfigMap should run until the end of the suite")
+	Expect(bareAgentErr).NotTo(HaveOccurred(), "the agent without a manager should run until the end of the suite")
 	Expect(otherAgentErr).NotTo(HaveOccurred(), "the other tenant's agent should run until the end of the suite")
 	Expect(managerErr).NotTo(HaveOccurred(), "the manager should run until the end of the suite")
 	Expect(envErr).NotTo(HaveOccurred(), "stopping the control plane")
@@ -366,20 +370,20 @@ func startManager(name, apiAddr, metricsAddr, probeAddr string, extra ...string)
 	return p
 }
 
-// startAgent starts an agent as the webhook injects it into pod: store, identity, the
-// manager's URL (for its lazy idle sweeps) and the manager's tenancy (system namespace,
-// built-in ConfigMap) from the environment.
-func startAgent(name string, pod lease.PodRef, apiAddr, internalAddr, configMap string) *process {
+// startAgent starts an agent as the webhook injects it into pod: store, identity and the
+// manager's URL from the environment, and no kubeconfig: the agent asks the manager for its
+// tenant and definitions. Its connections to the manager leave from podIP, so that the
+// manager finds pod by their source address, as in a cluster.
+func startAgent(name string, pod lease.PodRef, podIP, apiAddr, internalAddr, managerURL string) *process {
 	GinkgoHelper()
 	p, err := startProcess(name, workDir, managerBin, []string{
 		"agent",
 		"--api-bind-address", apiAddr,
 		"--internal-bind-address", internalAddr,
-	}, childEnv("KUBECONFIG="+kubeconfigPath,
-		"MONGODB_URI="+mongoURI, "MONGODB_DATABASE="+database,
+		"--manager-source-ip", podIP,
+	}, childEnv("MONGODB_URI="+mongoURI, "MONGODB_DATABASE="+database,
 		"POD_NAMESPACE="+pod.Namespace, "POD_NAME="+pod.Name, "POD_UID="+pod.UID,
-		"LEASE_MANAGER_URL=http://"+managerAddr, "LEASE_INTERNAL_SECRET="+internalSecret,
-		settings.EnvSystemNamespace+"="+systemNamespace, settings.EnvBuiltinConfigMap+"="+configMap))
+		settings.EnvManagerURL+"="+managerURL, "LEASE_INTERNAL_SECRET="+internalSecret))
 	Expect(err).NotTo(HaveOccurred())
 	return p
 }

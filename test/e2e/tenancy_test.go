@@ -52,7 +52,7 @@ func effective(g Gomega, api *apiClient, req acquireRequest) string {
 }
 
 var _ = Describe("Tenancy", func() {
-	It("gives agents exactly the manager's definitions, the built-in ConfigMap's included, and fails closed without it", func(ctx SpecContext) {
+	It("gives agents exactly the manager's definitions, the built-in ConfigMap's included, and fails closed without the manager", func(ctx SpecContext) {
 		// Each process is asked for its own pod's tenant: app-0's (acme) on the manager from
 		// 127.0.0.1 and on its agent, the other pod's (globex) on the manager from its address
 		// and on its agent.
@@ -82,7 +82,14 @@ var _ = Describe("Tenancy", func() {
 		}))
 		Expect(otherAgentAPI.release(Default, l.Token).Status).To(Equal(http.StatusOK))
 
-		By("an agent whose built-in ConfigMap is missing answering 503 for every lease")
+		By("an agent that cannot reach its manager: not ready, and 503 for every lease")
+		Eventually(func(g Gomega) {
+			g.Expect(bareAgentProc.exited()).To(BeFalse(), bareAgentProc.describe())
+			resp, err := http.Get(bareAgentReadyURL)
+			g.Expect(err).NotTo(HaveOccurred())
+			_ = resp.Body.Close()
+			g.Expect(resp.StatusCode).To(Equal(http.StatusServiceUnavailable))
+		}).Should(Succeed())
 		for _, c := range cases {
 			req := c.req
 			req.Tenant = tenant // the bare agent runs in app-0, acme's
