@@ -121,7 +121,7 @@ func TestInjectedAgentAsksTheManager(t *testing.T) {
 	if env[settings.EnvManagerURL] != url {
 		t.Errorf("agent %s = %q, want %q", settings.EnvManagerURL, env[settings.EnvManagerURL], url)
 	}
-	for _, name := range []string{settings.EnvSystemNamespace, settings.EnvNamespaces, settings.EnvBuiltinConfigMap} {
+	for _, name := range []string{settings.EnvSystemNamespace, "LEASE_NAMESPACES", settings.EnvBuiltinConfigMap} {
 		if v, ok := env[name]; ok {
 			t.Errorf("agent has %s=%q: agents no longer resolve definitions themselves", name, v)
 		}

@@ -31,8 +31,6 @@ const (
 	EnvManagerURL = "LEASE_MANAGER_URL"
 	// EnvSystemNamespace is the namespace whose LeaseDefinitions may hold the system layer.
 	EnvSystemNamespace = "LEASE_SYSTEM_NAMESPACE"
-	// EnvNamespaces lists the namespaces whose LeaseDefinitions and pods a process reads.
-	EnvNamespaces = "LEASE_NAMESPACES"
 	// EnvBuiltinConfigMap names the ConfigMap (in the system namespace) of the built-in layer.
 	EnvBuiltinConfigMap = "LEASE_BUILTIN_CONFIGMAP"
 	// EnvAgentURL is set in the app containers of an injected pod: where their agent listens.
