@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 )
@@ -67,6 +65,3 @@ func podByIP(w *podwatch.Watcher) func(*http.Request) (lease.PodRef, error) {
 		return w.Identify(r.Context(), host)
 	}
 }
-
-// metricsOff disables controller-runtime's metrics server (the agent exposes none).
-func metricsOff() metricsserver.Options { return metricsserver.Options{BindAddress: "0"} }
