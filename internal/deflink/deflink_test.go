@@ -402,3 +402,53 @@ func TestClientSourceIPIsTheCaller(t *testing.T) {
 		t.Errorf("acme's tenant from globex's pod = %v, want refused (LEASE_UNAVAILABLE)", err)
 	}
 }
+
+// lockedTenancy is a tenancy.Map whose namespaces can be relabelled during a test.
+type lockedTenancy struct {
+	mu sync.Mutex
+	tenancy.Static
+}
+
+func (l *lockedTenancy) TenantOf(ns string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.Static.TenantOf(ns)
+}
+
+func (l *lockedTenancy) relabel(ns, tenant string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Tenants[ns] = tenant
+}
+
+// A namespace relabelled on the manager: the agent's watch learns the new tenant, its
+// waiters are woken, and the manager answers only for the new tenant.
+func TestClientFollowsARelabel(t *testing.T) {
+	res := &fakeResolver{defs: map[string]definition.Definition{"tex": texDef}}
+	v := NewVersions()
+	m := &lockedTenancy{Static: tenancy.Static{System: "lease-system", Tenants: map[string]string{"acme": "acme"}}}
+	srv := httptest.NewServer(NewHandler(res, m, byIP(map[string]lease.PodRef{"127.0.0.1": acmePod}), agentKey, v, WithHold(time.Hour)))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { _ = srv.Config.Close() })
+	c := client(t, srv.URL, WithWatchHold(time.Hour))
+	changes := make(chan struct{}, 10)
+	c.OnChange(func() { changes <- struct{}{} })
+	run(t, c)
+	waitfor.Receive(t, changes, "the first version")
+	if _, err := c.Resolve(t.Context(), "acme", "web", "tex"); err != nil {
+		t.Fatal(err)
+	}
+
+	m.relabel("acme", "acme-corp")
+	v.Bump() // as the manager's tenancy.Informed.OnChange does (cmd/manager/agentdefs.go)
+	waitfor.Receive(t, changes, "the relabel reaching the agent")
+	if got, ok := c.Tenancy().TenantOf("acme"); got != "acme-corp" || !ok {
+		t.Errorf("TenantOf(acme) after the relabel = %q, %v", got, ok)
+	}
+	if _, err := c.Resolve(t.Context(), "acme", "web", "tex"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("the old tenant after the relabel = %v, want refused (LEASE_UNAVAILABLE)", err)
+	}
+	if _, err := c.Resolve(t.Context(), "acme-corp", "web", "tex"); err != nil {
+		t.Errorf("the new tenant: %v", err)
+	}
+}
