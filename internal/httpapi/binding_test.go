@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/vancetope/lease-operator/internal/httpapi"
@@ -83,6 +84,21 @@ func TestTenantBinding(t *testing.T) {
 		})
 	}
 
+	// Before the tenant map has synced (a manager's namespace informer, an agent that has not
+	// reached its manager yet), the answer is 503 and says it is the tenant that is not known,
+	// not the store.
+	t.Run("a pod whose tenant is not known yet", func(t *testing.T) {
+		opts := []httpapi.Option{httpapi.WithPodIdentity(httpapi.StaticPodIdentity(acmePod)),
+			httpapi.WithTenantBinder(tenancy.Binder{Map: unsynced{tenants}, NonPod: tenancy.NonPodRefused}.Bind)}
+		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: opts})
+		status, out := e.do(t, http.MethodPost, "/v1/leases", fmt.Sprintf(named, "acme"))
+		msg, _ := out["message"].(string)
+		if status != http.StatusServiceUnavailable || out["error"] != "LEASE_UNAVAILABLE" || !strings.Contains(msg, "tenant of the calling pod") {
+			t.Errorf("acquire = %d %v, want 503 LEASE_UNAVAILABLE saying the tenant is not known yet", status, out)
+		}
+		e.empty(t)
+	})
+
 	t.Run("a caller that is no pod must name the tenant, development setting on", func(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: bound(lease.PodRef{}, tenancy.NonPodAnyTenant)})
 		status, out := e.do(t, http.MethodPost, "/v1/leases", omitted)
@@ -92,3 +108,8 @@ func TestTenantBinding(t *testing.T) {
 		e.empty(t)
 	})
 }
+
+// unsynced is a tenant map that has not synced yet.
+type unsynced struct{ tenancy.Static }
+
+func (unsynced) HasSynced() bool { return false }

@@ -14,6 +14,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
 // acquireBody is the body of POST /v1/leases.
@@ -134,6 +135,9 @@ func unavailableMessage(err error) string {
 	var ue *definition.UnavailableError
 	if errors.As(err, &ue) {
 		return fmt.Sprintf("the definition of lease %q is unavailable (broken, in conflict, refused or unreadable)", ue.Name)
+	}
+	if errors.Is(err, tenancy.ErrNotSynced) {
+		return "the tenant of the calling pod is not known yet (the server has not yet learnt which namespace belongs to which tenant)"
 	}
 	return "the lease store is unavailable"
 }

@@ -6,7 +6,10 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-var errNotSynced = errors.New("the namespace informer has not synced yet")
+// ErrNotSynced is the cause of LEASE_UNAVAILABLE while a Map that syncs has not: the
+// manager's namespace informer has not listed every namespace, or an agent has not reached its
+// manager yet.
+var ErrNotSynced = errors.New("the tenant map has not synced yet")
 
 // NonPodPolicy is what a caller that is no pod (an address the pod informer and the API
 // server do not know) may do on the admission API. Pods are always bound to the tenant of
@@ -62,7 +65,7 @@ type Binder struct {
 // Bind implements the decision for one request; see BindTenant.
 func (b Binder) Bind(caller Caller, requested string) (string, error) {
 	if s, ok := b.Map.(interface{ HasSynced() bool }); ok && caller.Pod.Name != "" && !s.HasSynced() {
-		return "", lease.Unavailable("deciding the tenant of "+caller.Pod.String(), errNotSynced)
+		return "", lease.Unavailable("deciding the tenant of "+caller.Pod.String(), ErrNotSynced)
 	}
 	return BindTenant(caller, requested, b.Map, b.NonPod)
 }
