@@ -161,7 +161,7 @@ func (p *proc) pid() int {
 
 // cluster is the deployed shape: the store, the manager and two agents.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	workDir string
 	env     *testenv.Env
 
@@ -227,7 +227,7 @@ func childEnv(extra ...string) []string {
 }
 
 // startCluster builds the manager, starts the control plane, the store and the processes.
-func startCluster(ctx context.Context, t *testing.T, assets string) *cluster {
+func startCluster(ctx context.Context, t testing.TB, assets string) *cluster {
 	t.Helper()
 	root, err := mongotest.RepoRoot()
 	if err != nil {
