@@ -47,6 +47,7 @@ fmt: ## gofmt the tree.
 .PHONY: vet
 vet: ## go vet both modules.
 	go vet ./...
+	go vet -tags robustness ./test/robustness/
 	cd hack/mongodev && go vet ./...
 
 .PHONY: lint
@@ -91,6 +92,22 @@ test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 		go test -count=1 $(GOTEST_FLAGS) ./test/e2e/...
 
+# The robustness suite (docs/robustness.md) is built only with the tag robustness, so that
+# `go test ./...` leaves it out. ROBUSTNESS_SEED picks the first seed (a failing run prints
+# the one that reproduces it); ROBUSTNESS_FAIRNESS, ROBUSTNESS_FAULTS, ROBUSTNESS_CHURN and
+# ROBUSTNESS_ASSERT_RECOVERY=off are passed on from the command line or the environment.
+ROBUSTNESS_SEEDS ?= 20
+ROBUSTNESS_GO_TEST = KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
+	go test -tags robustness -count=1 -v $(GOTEST_FLAGS) -run TestRobustness ./test/robustness/
+
+.PHONY: test-robustness
+test-robustness: mongodev ## The robustness suite: real processes, faults, a checked history; ROBUSTNESS_SEEDS seeds (default 20, about an hour) per fairness policy.
+	ROBUSTNESS_SEEDS=$(ROBUSTNESS_SEEDS) $(ROBUSTNESS_GO_TEST) -timeout 4h
+
+.PHONY: test-robustness-short
+test-robustness-short: mongodev ## The robustness suite's short run (CI): one seed per fairness policy, 3 s of churn per fault, under two minutes.
+	ROBUSTNESS_SEEDS=1 ROBUSTNESS_CHURN=$${ROBUSTNESS_CHURN:-3s} $(ROBUSTNESS_GO_TEST) -timeout 10m
+
 .PHONY: bench
 bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'Uncontended|Contended' -benchtime 200x ./internal/leasestore/
@@ -100,6 +117,9 @@ bench: mongodev ## Run the benchmarks (store round trips per operation, contenti
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'PeerWorkload|Handoff|FullLevel' -benchtime 1x ./internal/leasing/
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 		go test -run '^$$' -bench . -benchtime 20x ./internal/liveapi/
+	# The peer workload on the deployed shape (docs/figures.md): the built manager and two agents, about a minute.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
+		go test -tags robustness -run '^$$' -bench PeerWorkloadDeployed -benchtime 1x -timeout 10m ./test/robustness/
 
 ##@ Build
 .PHONY: build
