@@ -56,17 +56,18 @@ const (
 	ReasonAllFieldsOwned = "AllFieldsOwned"
 )
 
-// Fairness is the order in which waiting acquisitions in different processes (manager
-// replicas, agents) get the slots freed at a level that is full (docs/waiting.md).
+// Fairness was the choice between two orders of waiters across processes. Deprecated: every
+// full level now has one line in the store, served oldest first across processes, and both
+// values behave alike (docs/waiting.md). The field is still accepted and shown.
 // +kubebuilder:validation:Enum=process;global
 type Fairness string
 
 const (
-	// FairnessProcess means each process serves its own waiters oldest first; across processes a
-	// freed slot goes to whichever woken waiter reaches the store first. No queue in the store.
+	// FairnessProcess is accepted for compatibility; waiters are served oldest first across
+	// processes.
 	FairnessProcess Fairness = "process"
-	// FairnessGlobal means the oldest waiter gets the slot first, across processes, through a queue
-	// of reservations in the store; costs a few store round trips per waiting acquisition.
+	// FairnessGlobal is accepted for compatibility; waiters are served oldest first across
+	// processes.
 	FairnessGlobal Fairness = "global"
 )
 
@@ -153,11 +154,10 @@ type LeaseDefinitionSpec struct {
 	// +kubebuilder:validation:Maximum=600000
 	WaitMs *int32 `json:"waitMs,omitempty"`
 
-	// fairness is the order in which waiters of different processes get the slots freed at a
-	// full level: process (each process its own waiters oldest first, across processes whoever
-	// reaches the store first) or global (the oldest waiter first across processes, through a
-	// queue in the store). Defaults to process. Owned by the system layer; ignored on a tenant
-	// or project layer.
+	// fairness is deprecated and has no effect: the waiters of a full level are served oldest
+	// first across processes, through one line in the store, whatever it says. Accepted for
+	// compatibility (process or global); owned by the system layer, ignored on a tenant or
+	// project layer.
 	// +optional
 	Fairness *Fairness `json:"fairness,omitempty"`
 }

@@ -145,7 +145,6 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	rev.watcher.OnPodGone(wt.dropReservations(ctx, store))
 	if err := setupAPIServer(ctx, mgr, f, store, resolver, tenants, rev, wt); err != nil {
 		return err
 	}

@@ -3,25 +3,29 @@ package main
 import (
 	"context"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
-// waiting wires event-driven waiting (docs/waiting.md): one wait queue per process, woken by
-// this process's store (every slot it gives back) and by one notifier that follows the slots
-// other processes give back.
+// waiting wires waiting (docs/waiting.md): one wait queue per process, whose waiters are woken
+// by this process's store (a slot it handed to one of them) and by one notifier that follows
+// the slots other processes hand to them.
 type waiting struct{ queue *waitq.Queue }
 
 func newWaiting() waiting { return waiting{queue: waitq.New()} }
 
-// storeOptions make the store wake the queue and publish freed slots for other processes.
+// storeOptions make the store wake the queue and publish hand-overs for other processes.
 func (w waiting) storeOptions() []leasestore.Option {
-	return []leasestore.Option{leasestore.WithFreedHook(w.queue.Freed), leasestore.WithFreedEvents()}
+	return []leasestore.Option{leasestore.WithGrantHook(w.granted), leasestore.WithGrantEvents()}
+}
+
+// granted wakes the waiters of grants that wait in this process.
+func (w waiting) granted(grants []leasestore.Grant) {
+	for _, g := range grants {
+		w.queue.Granted(g.ID, g.Key)
+	}
 }
 
 // serviceOptions make the acquisition service wait in the queue.
@@ -39,19 +43,6 @@ func (w waiting) followDefinitions(r *definition.Resolver) {
 // startNotifier follows the other processes' freed slots until ctx ends. It runs on every
 // replica (not only the leader): every replica serves acquisitions.
 func (w waiting) startNotifier(ctx context.Context, store *leasestore.Store) {
-	n := leasestore.NewNotifier(store, w.queue.Notified, func() { w.queue.WakeAll() })
+	n := leasestore.NewNotifier(store, w.granted, func() { w.queue.WakeAll() })
 	go n.Run(ctx)
-}
-
-// dropReservations removes a gone pod's places in the wait queues at once (docs/waiting.md),
-// on its own goroutine: pod-gone callbacks must not block. A failure leaves them to expire.
-func (w waiting) dropReservations(ctx context.Context, store *leasestore.Store) func(lease.PodRef) {
-	log := ctrl.Log.WithName("waiting")
-	return func(pod lease.PodRef) {
-		go func() {
-			if _, err := store.DropReservations(ctx, pod); err != nil {
-				log.Error(err, "Dropping the wait-queue reservations of a gone pod failed; they expire", "pod", pod.String())
-			}
-		}()
-	}
 }

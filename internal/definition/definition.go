@@ -14,19 +14,16 @@ const (
 	DefaultFairness = FairProcess
 )
 
-// Fairness is the order in which waiters of different processes (manager replicas, agents)
-// get the slots freed at the level that is full (docs/waiting.md, "Fairness policies").
-// Within one process waiters are always served oldest first.
+// Fairness is the definition's deprecated fairness field. Both values behave alike: the
+// waiters of a full level are served oldest first across processes, through the level's line
+// in the store (docs/waiting.md). It is still merged and shown, so that existing definitions
+// keep validating.
 type Fairness string
 
 const (
-	// FairProcess means no queue in the store: across processes a freed slot goes to whichever
-	// woken waiter reaches the store first; no order and no starvation bound across processes.
+	// FairProcess is the default value.
 	FairProcess Fairness = "process"
-	// FairGlobal means a waiter reserves a place in the store's queue of the full level, ordered by
-	// the server's time, and takes a freed slot only when its turn has come; while anyone
-	// queues there, acquisitions without a reservation take no slot at that level. The
-	// oldest waiter gets the slot first, across processes.
+	// FairGlobal is accepted for compatibility.
 	FairGlobal Fairness = "global"
 )
 

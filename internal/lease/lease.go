@@ -32,10 +32,13 @@ type LevelCap struct {
 // HolderState is the life-cycle state of a holder document.
 type HolderState string
 
-// Holder states: a holder is PENDING while it books its levels and HELD afterwards.
+// Holder states: a holder is PENDING while it books its levels and HELD afterwards. A holder
+// that found a level full and waits for a slot there is WAITING: it keeps the narrower levels
+// it booked, and is no lease until a freed slot is handed to it (docs/waiting.md).
 const (
 	StatePending HolderState = "PENDING"
 	StateHeld    HolderState = "HELD"
+	StateWaiting HolderState = "WAITING"
 )
 
 // PodRef identifies the pod of a holder. A recreated pod of the same name has another UID

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -67,11 +68,13 @@ func validateAcquire(req AcquireRequest) error {
 // Acquire makes one attempt to book a slot at every capped level of the request, narrow to
 // wide (docs/design.md): the holder is written first (PENDING); per level the counter is
 // incremented by a conditional update and then the key is pushed to the holder; the last
-// push also marks the holder HELD. A full level or a store error rolls the attempt back.
-// Acquire does not wait: a full level returns a *lease.BusyError at once. Once started, an attempt
-// is not cut short by the caller's cancellation or deadline, only by the store's operation
-// timeout: a write cut mid-flight may still apply, and an increment nobody knows of would
-// block its slot until reconcile.
+// push also marks the holder HELD. A store error rolls the attempt back. A full level rolls
+// it back too and returns a *lease.BusyError, unless the request may wait (WaitTTL): then the
+// holder waits in that level's line, keeping the narrower levels it booked, and Acquire
+// returns a *WaitingError (wait.go). Once started, an attempt is not cut short by the
+// caller's cancellation or deadline, only by the store's operation timeout: a write cut
+// mid-flight may still apply, and an increment nobody knows of would block its slot until it
+// is healed.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
@@ -80,9 +83,11 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	if err != nil {
 		return lease.Holder{}, err
 	}
-	token, err := newToken()
-	if err != nil {
-		return lease.Holder{}, err
+	token := req.Token
+	if token == "" {
+		if token, err = NewToken(); err != nil {
+			return lease.Holder{}, err
+		}
 	}
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
@@ -113,20 +118,47 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	if err := s.fault(StepHolderCreated, token); err != nil {
 		return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
 	}
+	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL}
+	return f.from(ctx, 0)
+}
 
-	for i, l := range levels {
-		ok, count, err := s.increment(ctx, l, req.Resource, req.Tenant, req.Queued)
+// funnelRun is the funnel of one holder, run from some level on: by Acquire from the first,
+// by Resume from the level after the one it waited for.
+type funnelRun struct {
+	store   *Store
+	doc     holderDoc
+	levels  []funnelLevel
+	waitTTL time.Duration
+}
+
+// from books levels i, i+1, ... and marks the holder HELD with the last one. A full level
+// queues the holder (WaitTTL) or rolls it back; a store error rolls it back.
+func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
+	s, token, resource := b.store, b.doc.ID, b.doc.Resource
+	for ; i < len(b.levels); i++ {
+		l := b.levels[i]
+		ok, count, err := s.increment(ctx, l, resource, b.doc.Tenant)
 		if err != nil {
 			return lease.Holder{}, s.abandon(ctx, token, nil, false, err)
 		}
 		if !ok {
-			busy := &lease.BusyError{Resource: req.Resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
-			return lease.Holder{}, s.abandon(ctx, token, nil, false, busy)
+			busy := &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
+			if b.waitTTL <= 0 {
+				return lease.Holder{}, s.abandon(ctx, token, nil, false, busy)
+			}
+			claimed, err := b.wait(ctx, l, busy)
+			if err != nil || !claimed {
+				return lease.Holder{}, err
+			}
+			if i == len(b.levels)-1 {
+				break
+			}
+			continue
 		}
 		if err := s.fault(StepCounterIncremented, l.key); err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, false, unavailable("acquiring "+req.Resource, err))
+			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, false, unavailable("acquiring "+resource, err))
 		}
-		last := i == len(levels)-1
+		last := i == len(b.levels)-1
 		update := bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}}
 		if last {
 			update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StateHeld)}}})
@@ -138,18 +170,18 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, true, unavailable("booking "+l.key, err))
 		}
 		if res.MatchedCount == 0 {
-			// A reaper deleted the holder (and decremented its pushed levels) between two
+			// A reaper deleted the holder (and gave back its pushed levels) between two
 			// steps; the key incremented just now is known to nobody else.
-			lost := unavailable("acquiring "+req.Resource, fmt.Errorf("holder %s was reaped while booking", token))
-			return lease.Holder{}, errors.Join(lost, s.decrement(ctx, []string{l.key}))
+			lost := unavailable("acquiring "+resource, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+			return lease.Holder{}, errors.Join(lost, s.giveBack(ctx, []string{l.key}))
 		}
-		doc.Levels = append(doc.Levels, l.key)
+		b.doc.Levels = append(b.doc.Levels, l.key)
 		if err := s.fault(StepLevelPushed, l.key); err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
+			return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+resource, err))
 		}
 	}
-	doc.State = string(lease.StateHeld)
-	return doc.holder(), nil
+	b.doc.State = string(lease.StateHeld)
+	return b.doc.holder(), nil
 }
 
 // createHolder writes the PENDING holder by upsert, so that acquiredAt and lastSeenAt are
@@ -196,12 +228,8 @@ const incrementAttempts = 3
 // missing counter is created with a pure _id upsert (count 0), and the conditional update
 // runs again, as it does when the counter shows room after all. A duplicate key on the
 // upsert means a concurrent first use created it: that is "exists", never busy.
-func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string, queued bool) (ok bool, count int, err error) {
+func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string) (ok bool, count int, err error) {
 	filter := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}
-	if !queued {
-		// Without a reservation whose turn has come, no slot while others queue (queue.go).
-		filter = append(filter, bson.E{Key: "queued", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 0}}}}})
-	}
 	update := bson.D{
 		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
@@ -218,7 +246,7 @@ func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant s
 		err = s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: l.key}}).Decode(&c)
 		switch {
 		case err == nil:
-			if c.Count >= l.Cap || !queued && c.Queued > 0 {
+			if c.Count >= l.Cap {
 				return false, c.Count, nil
 			}
 			continue
@@ -289,7 +317,7 @@ func (s *Store) abandon(ctx context.Context, token string, pending []string, amb
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		if !ambiguous && len(pending) > 0 {
-			if derr := s.decrement(ctx, pending); derr != nil {
+			if derr := s.giveBack(ctx, pending); derr != nil {
 				return errors.Join(cause, derr)
 			}
 		}
@@ -300,7 +328,7 @@ func (s *Store) abandon(ctx context.Context, token string, pending []string, amb
 	if ferr := s.fault(StepHolderDeleted, token); ferr != nil {
 		return errors.Join(cause, unavailable("rolling back holder "+token, ferr))
 	}
-	if derr := s.decrement(ctx, union(doc.Levels, pending)); derr != nil {
+	if derr := s.giveBack(ctx, union(doc.booked(), pending)); derr != nil {
 		return errors.Join(cause, derr)
 	}
 	return cause
@@ -323,7 +351,6 @@ func (s *Store) decrement(ctx context.Context, keys []string) error {
 	if _, err := s.counters.UpdateMany(ctx, filter, update); err != nil {
 		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
 	}
-	s.freed(keys)
 	return nil
 }
 

@@ -87,7 +87,7 @@ func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (lease.Holder, 
 	if err := s.fault(StepHolderDeleted, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("deleting holder "+doc.ID, err)
 	}
-	if err := s.decrement(ctx, doc.Levels); err != nil {
+	if err := s.giveBack(ctx, doc.booked()); err != nil {
 		return doc.holder(), true, err
 	}
 	return doc.holder(), true, nil
@@ -155,7 +155,9 @@ func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, erro
 	}
 	for _, c := range expired {
 		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "lastSeenAt", Value: c.lastSeen}})
-		if ok { // deleted is reaped, even when its decrement failed (reconcile returns the slots)
+		// Deleted is reaped, even when giving its slots back failed (they are healed). A
+		// waiter whose renewals stopped was no lease: nobody is told.
+		if ok && h.State != lease.StateWaiting {
 			sw.Reaped = append(sw.Reaped, h)
 		}
 		if err != nil {
@@ -241,7 +243,7 @@ func (s *Store) RevokePod(ctx context.Context, namespace, name string) ([]lease.
 // Revoke deletes one holder by token; with a tenant, only a holder of that tenant (the
 // tenant binding is in the delete filter). ok is false when nothing matched.
 func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error) {
-	filter := bson.D{{Key: "_id", Value: token}}
+	filter := bson.D{{Key: "_id", Value: token}, notWaiting}
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
 	}
@@ -250,7 +252,7 @@ func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder,
 
 // RevokeByID is Revoke by the public holder ID (docs/live-api.md, "Holder IDs").
 func (s *Store) RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error) {
-	filter := bson.D{{Key: "pid", Value: id}}
+	filter := bson.D{{Key: "pid", Value: id}, notWaiting}
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
 	}
@@ -267,7 +269,9 @@ func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, e
 	var out []lease.Holder
 	for _, d := range docs {
 		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: d.ID}})
-		if ok { // deleted is revoked, even when its decrement failed (reconcile returns the slots)
+		// Deleted is revoked, even when giving its slots back failed (they are healed); a
+		// waiter of the pod was no lease.
+		if ok && h.State != lease.StateWaiting {
 			out = append(out, h)
 		}
 		if err != nil {
@@ -357,8 +361,11 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 	return holders, next, nil
 }
 
+// notWaiting leaves out the holders waiting in a line: they are no leases (wait.go).
+var notWaiting = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: string(lease.StateWaiting)}}}
+
 func holderFilter(f HolderFilter) bson.D {
-	filter := bson.D{}
+	filter := bson.D{notWaiting}
 	for _, e := range []struct{ key, value string }{
 		{"_id", f.Token}, {"pid", f.ID}, {"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
 	} {

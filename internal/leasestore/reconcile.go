@@ -84,13 +84,11 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 			res.Deleted++
 			if c.Count > 0 {
 				res.Lowered++
-				s.freed(repeat(c.ID, c.Count))
 			}
 		default:
 			res.Corrected++
 			if action == actionLower {
 				res.Lowered++
-				s.freed(repeat(c.ID, c.Count-want))
 			}
 		}
 		return nil
@@ -198,14 +196,14 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 	if f.Tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
-	projection := bson.D{{Key: "levels", Value: 1}}
+	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}}
 	if refs {
 		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
 	}
 	out := map[string]*booking{}
 	err := eachDoc(ctx, s, s.holders, "reading holders", filter, projection, nil,
 		func(d holderDoc) error {
-			for _, k := range d.Levels {
+			for _, k := range d.booked() {
 				b := out[k]
 				if b == nil {
 					b = &booking{}

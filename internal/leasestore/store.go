@@ -45,8 +45,17 @@ const (
 	// StepLevelPushed: after a key was pushed to the holder, before the next level.
 	StepLevelPushed Step = "level-pushed"
 	// StepHolderDeleted: after a holder was deleted (release, rollback, reap, revoke),
-	// before its counters are decremented.
+	// before its slots are given back.
 	StepHolderDeleted Step = "holder-deleted"
+	// StepQueued: after a holder entered a full level's line, before it tries the level
+	// once more.
+	StepQueued Step = "queued"
+	// StepClaimIncremented: after a waiting holder's increment of the level it waits at,
+	// before it leaves the line with the key.
+	StepClaimIncremented Step = "claim-incremented"
+	// StepHandedOver: after a freed slot was handed to a waiter, before the waiter is told
+	// and the other slots are given back.
+	StepHandedOver Step = "handed-over"
 )
 
 // ErrCrash is what a fault hook returns to make the operation stop where it is, without any
@@ -62,12 +71,14 @@ type config struct {
 	opTimeout    time.Duration
 	safetyMargin time.Duration
 	// confirm < 0 means the default: twice the operation timeout.
-	confirm      time.Duration
+	confirm time.Duration
+	// healConfirm < 0 means the default: the operation timeout plus a second.
+	healConfirm  time.Duration
 	fault        FaultFunc
 	observe      func(command string)
 	observeReply func(command string, docs int)
-	// freedHook and publish: see freed.go.
-	freedHook FreedFunc
+	// grantHook and publish: see events.go.
+	grantHook GrantFunc
 	publish   bool
 }
 
@@ -84,6 +95,10 @@ func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safet
 // excess, before it lowers a counter (default: twice the operation timeout, which bounds
 // any decrement still in flight).
 func WithReconcileConfirm(d time.Duration) Option { return func(c *config) { c.confirm = d } }
+
+// WithHealConfirm sets how long Heal waits between two sightings of the same excess before
+// it lowers a counter (default: the operation timeout plus a second).
+func WithHealConfirm(d time.Duration) Option { return func(c *config) { c.healConfirm = d } }
 
 // WithFault installs a fault hook (tests only).
 func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
@@ -108,27 +123,32 @@ type Store struct {
 	counters *mongo.Collection
 	holders  *mongo.Collection
 	events   *mongo.Collection
-	queue    *mongo.Collection
 	cfg      config
 
 	// origin names this store in the freed-slot events it publishes; pub publishes them
 	// (nil without WithFreedEvents); eventsReady: the capped collection exists.
-	origin      string
-	pub         *publisher
-	eventsMu    sync.Mutex
-	eventsReady bool
+	origin        string
+	pub           *publisher
+	eventsMu      sync.Mutex
+	eventsReady   bool
+	eventsRetryAt time.Time
 
-	// mu guards lowering: counters seen above their booked holders by the last reconcile.
+	// mu guards lowering (counters seen above their booked holders by the last reconcile)
+	// and heals (the same, seen by Heal, per key).
 	mu       sync.Mutex
 	lowering map[string]lowering
+	heals    map[string]healSeen
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
 // server; the first call fails with lease.ErrUnavailable when it cannot be reached.
 func Connect(uri, database string, opts ...Option) (*Store, error) {
-	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1}
+	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1, healConfirm: -1}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.healConfirm < 0 {
+		cfg.healConfirm = cfg.opTimeout + time.Second
 	}
 	if cfg.confirm < 0 {
 		cfg.confirm = 2 * cfg.opTimeout
@@ -159,7 +179,6 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		counters: db.Collection(CountersCollection),
 		holders:  db.Collection(HoldersCollection),
 		events:   db.Collection(EventsCollection),
-		queue:    db.Collection(QueueCollection),
 		cfg:      cfg,
 		origin:   newOrigin(),
 	}
@@ -225,6 +244,9 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: "pod.namespace", Value: 1}, {Key: "pod.name", Value: 1}}},
 		{Keys: bson.D{{Key: "tenant", Value: 1}}},
 		{Keys: bson.D{{Key: "pid", Value: 1}}},
+		// The line of a full level: its oldest live waiter first (giveBack).
+		{Keys: bson.D{{Key: "waitKey", Value: 1}, {Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}},
+		{Keys: bson.D{{Key: "levels", Value: 1}}},
 	}
 	if _, err := s.holders.Indexes().CreateMany(ctx, holderIdx); err != nil {
 		return unavailable("creating holder indexes", err)
@@ -239,7 +261,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	if _, err := s.counters.Indexes().CreateMany(ctx, counterIdx); err != nil {
 		return unavailable("creating counter indexes", err)
 	}
-	return s.ensureQueueIndexes(ctx)
+	return nil
 }
 
 // bound gives ctx the store's operation timeout unless it already has an earlier deadline.
@@ -277,8 +299,6 @@ type counterDoc struct {
 	Tenant    string    `bson:"tenant"`
 	Count     int       `bson:"count"`
 	UpdatedAt time.Time `bson:"updatedAt"`
-	// Queued counts the reservations on this counter (queue.go).
-	Queued int `bson:"queued"`
 }
 
 // podDoc is the pod of a holder document.
@@ -310,6 +330,16 @@ type holderDoc struct {
 	Levels     []string          `bson:"levels"`
 	AcquiredAt time.Time         `bson:"acquiredAt"`
 	LastSeenAt time.Time         `bson:"lastSeenAt"`
+	// The line (wait.go). WaitKey: the full level a WAITING holder waits at; QueuedAt: the
+	// server's time it first waited (its place); WaitExp: when it lapses unless renewed (the
+	// waiting process's clock); Origin: the store (process) that waits, to wake it.
+	WaitKey  string    `bson:"waitKey,omitempty"`
+	QueuedAt time.Time `bson:"queuedAt,omitempty"`
+	WaitExp  time.Time `bson:"waitExp,omitempty"`
+	Origin   string    `bson:"origin,omitempty"`
+	// GrantKey: a slot of this counter was handed to the holder (giveBack) and is booked by it
+	// until the holder pushes the key to its levels.
+	GrantKey string `bson:"grantKey,omitempty"`
 }
 
 func (d holderDoc) holder() lease.Holder {

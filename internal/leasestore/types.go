@@ -24,9 +24,13 @@ type AcquireRequest struct {
 	Payload   map[string]string
 	// TTL is the idle time after which the holder may be reaped.
 	TTL time.Duration
-	// Queued: the caller holds a reservation whose turn has come (Turn), so the levels'
-	// queues do not hold it back.
-	Queued bool
+	// Token is the holder's token; empty: Acquire picks one. A waiting acquisition picks it
+	// beforehand (NewToken), so that it can be woken by its holder ID from the start.
+	Token string
+	// WaitTTL > 0: a full level makes the holder wait in that level's line (WAITING) rather
+	// than roll back, and Acquire answers a *WaitingError. The entry lapses WaitTTL after it
+	// was last renewed (Resume); a lapsed entry is passed over.
+	WaitTTL time.Duration
 }
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.

@@ -435,12 +435,12 @@ func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
 }
 
 // TestSafetyTimerLooksAtTheNextIdleExpiry: a waiter's own look comes no later than the next
-// idle expiry the lazy sweep saw, even with an hour-long safety timer and sweep interval;
-// that look's sweep reaps the holder gone idle and the waiter gets its slot. The service's
-// clock is fake and is stepped only past the expiry, so nothing else can wake the waiter.
+// idle expiry the lazy sweep saw, even with an hour-long sweep interval; that look's sweep
+// reaps the holder gone idle, the store hands its slot to the waiter, and the hand-over wakes
+// it. The service's clock is fake and is stepped once, past the expiry.
 func TestSafetyTimerLooksAtTheNextIdleExpiry(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
-	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 60000}}, envOpts{clock: clk,
+	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 60000}}, envOpts{clock: clk, grants: true,
 		svcOpts: []leasing.Option{leasing.WithSafetyTimer(time.Hour), leasing.WithSweepInterval(time.Hour)}})
 	ctx := waitfor.Context(t)
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))

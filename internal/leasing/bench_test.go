@@ -46,12 +46,13 @@ type countingStore struct {
 	sweeps, sweepRT int64
 }
 
-func (c *countingStore) Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error) {
-	r := c.cmds.reads.Load()
-	b, err := c.Store.Probe(ctx, resource, caps, tenant, project, user)
+func (c *countingStore) Resume(ctx context.Context, req leasestore.AcquireRequest, granted string, look bool) (lease.Holder, error) {
+	r, w := c.cmds.reads.Load(), c.cmds.writes.Load()
+	h, err := c.Store.Resume(ctx, req, granted, look)
 	c.polls++
 	c.pollReads += c.cmds.reads.Load() - r
-	return b, err
+	c.pollWrites += c.cmds.writes.Load() - w
+	return h, err
 }
 
 func (c *countingStore) Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error) {
@@ -95,9 +96,8 @@ func (f fixedResolver) ResolveInline(string, string, definition.InlineSpec) (def
 // with waiting, hold the lease (short: slots turn over about as fast as the store answers;
 // long: most polls find the level full), release. b.N counts successful acquisitions. It
 // reports, per successful acquisition, the waiting polls, the write attempts and the store
-// round trips (reads and writes) spent inside Acquire, and the round trips of one poll.
-// probe=off is the baseline that skips the read-only probe and goes down the write path on
-// every poll.
+// round trips (reads and writes) spent inside Acquire, and the round trips of one poll (a
+// waiter's Resume: after a hand-over, or at its safety look).
 func BenchmarkContendedWaiting(b *testing.B) {
 	uri, err := mongotest.URI()
 	if err != nil {
@@ -106,14 +106,10 @@ func BenchmarkContendedWaiting(b *testing.B) {
 	for _, tc := range []struct {
 		clients, capacity int
 		hold              time.Duration
-		probe             bool
 	}{
-		{8, 2, 20 * time.Millisecond, true}, {8, 2, 20 * time.Millisecond, false},
-		{8, 2, 200 * time.Millisecond, true}, {8, 2, 200 * time.Millisecond, false},
-		{16, 4, 200 * time.Millisecond, true}, {16, 4, 200 * time.Millisecond, false},
+		{8, 2, 20 * time.Millisecond}, {8, 2, 200 * time.Millisecond}, {16, 4, 200 * time.Millisecond},
 	} {
-		name := fmt.Sprintf("clients=%d/cap=%d/hold=%v/probe=%v", tc.clients, tc.capacity, tc.hold,
-			map[bool]string{true: "on", false: "off"}[tc.probe])
+		name := fmt.Sprintf("clients=%d/cap=%d/hold=%v", tc.clients, tc.capacity, tc.hold)
 		b.Run(name, func(b *testing.B) {
 			db := mongotest.DatabaseName(b)
 			def := definition.Definition{Name: "hot", Resource: "hot", Caps: definition.Caps{Global: tc.capacity},
@@ -142,7 +138,6 @@ func BenchmarkContendedWaiting(b *testing.B) {
 				clients[i] = &countingStore{Store: s, cmds: cc}
 				svcs[i] = NewService(clients[i], fixedResolver{def}, NewStaticTypes("tex"), nil, nil, nil,
 					WithSafetyTimer(50*time.Millisecond))
-				svcs[i].probe = tc.probe
 			}
 			var acquireRT, acquireReads, acquireWrites, okN atomic.Int64
 			var remaining atomic.Int64
@@ -192,9 +187,6 @@ func BenchmarkContendedWaiting(b *testing.B) {
 				return
 			}
 			polls := c.polls
-			if !tc.probe {
-				polls = c.pollAttempts // without the probe every poll is a write attempt
-			}
 			b.ReportMetric(ok/elapsed.Seconds(), "acquires/s")
 			b.ReportMetric(float64(acquireRT.Load())/ok, "rt/acquire")
 			b.ReportMetric(float64(acquireReads.Load())/ok, "reads/acquire")

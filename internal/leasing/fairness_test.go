@@ -2,7 +2,6 @@ package leasing_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -19,18 +18,6 @@ import (
 // globalKey is the counter key of resource's global level.
 func globalKey(resource string) string {
 	return lease.CounterKey(resource, lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
-}
-
-// untilQueued returns once the store holds n reservations on key.
-func (p *process) untilQueued(t *testing.T, key string, n int) {
-	t.Helper()
-	waitfor.Until(t, fmt.Sprintf("%d reservations on %s", n, key), func() bool {
-		rs, err := p.store.ListReservations(ctxT(t), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(rs) == n
-	})
 }
 
 // entries runs acquisitions, each releasing at once, and records the order they got in.
@@ -62,60 +49,36 @@ func (e *entries) wait() []int {
 	return e.order
 }
 
-// TestFairnessComesFromTheDefinition: two processes (two services on one store), no
-// service option: the lease whose definition says global serves its waiters in the order
-// they queued across both processes, the holder that releases coming back behind them;
-// the lease that leaves fairness unset (process) queues nothing in the store.
-func TestFairnessComesFromTheDefinition(t *testing.T) {
-	ps := newProcesses(t, 2, []leaseDef{
-		{name: "fifo", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairGlobal},
-		{name: "free", global: 1, ttlSeconds: 60, waitMs: 30000},
-	}, processOpts{})
-
-	t.Run("global", func(t *testing.T) {
-		held := mustAcquire(t, ps[0].svc, podReq("fifo", 0))
-		e := &entries{t: t}
-		for i, p := range []*process{ps[1], ps[0], ps[1]} {
-			e.start(p, "fifo", i+1)
-			ps[0].untilQueued(t, globalKey("fifo"), i+1)
-		}
-		if _, err := ps[0].svc.Release(ctxT(t), held.Token); err != nil {
-			t.Fatal(err)
-		}
-		e.start(ps[0], "fifo", 0) // the releasing holder comes back at once
-		if got, want := e.wait(), []int{1, 2, 3, 0}; !slices.Equal(got, want) {
-			t.Errorf("order of entry %v, want %v", got, want)
-		}
-	})
-
-	t.Run("process", func(t *testing.T) {
-		held := mustAcquire(t, ps[0].svc, podReq("free", 0))
-		e := &entries{t: t}
-		e.start(ps[1], "free", 1)
-		ps[1].untilBlocked(t, "free")
-		if rs, err := ps[0].store.ListReservations(ctxT(t), ""); err != nil || len(rs) != 0 {
-			t.Errorf("reservations under the process policy: %+v, %v", rs, err)
-		}
-		if _, err := ps[0].svc.Release(ctxT(t), held.Token); err != nil {
-			t.Fatal(err)
-		}
-		if got := e.wait(); !slices.Equal(got, []int{1}) {
-			t.Errorf("entries %v, want [1]", got)
-		}
-	})
-
-	if rs, _ := ps[0].store.ListReservations(ctxT(t), ""); len(rs) != 0 {
-		t.Errorf("reservations left: %+v", rs)
+// TestOneLineWhateverTheFairnessField: every waiter of a level is served in the order it
+// queued, across processes, the holder that releases coming back behind them, whatever the
+// definition's fairness field says (it no longer changes the order; docs/waiting.md).
+func TestOneLineWhateverTheFairnessField(t *testing.T) {
+	for _, f := range []definition.Fairness{definition.FairProcess, definition.FairGlobal} {
+		t.Run(string(f), func(t *testing.T) {
+			ps := newProcesses(t, 2, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: f}}, processOpts{})
+			held := mustAcquire(t, ps[0].svc, podReq("x", 0))
+			e := &entries{t: t}
+			for i, p := range []*process{ps[1], ps[0], ps[1]} {
+				e.start(p, "x", i+1)
+				ps[0].untilInLine(t, globalKey("x"), i+1)
+			}
+			if _, err := ps[0].svc.Release(ctxT(t), held.Token); err != nil {
+				t.Fatal(err)
+			}
+			e.start(ps[0], "x", 0) // the releasing holder comes back at once
+			if got, want := e.wait(), []int{1, 2, 3, 0}; !slices.Equal(got, want) {
+				t.Errorf("order of entry %v, want %v", got, want)
+			}
+			ps[0].untilInLine(t, "", 0)
+			assertNoDrift(t, ps[0].store)
+		})
 	}
-	assertNoDrift(t, ps[0].store)
 }
 
-// TestMixedPoliciesOnOneResource: two lease names share a resource, one global, one
-// process. While a global waiter queues at the level, the store's barrier holds back every
-// acquisition there without a reservation, the process-policy lease's included: the
-// holder that releases and comes back through the other name enters after the queued
-// waiter (docs/waiting.md, "Mixing policies on one resource").
-func TestMixedPoliciesOnOneResource(t *testing.T) {
+// TestNamesSharingAResourceShareItsLine: two lease names share a resource; the level that
+// is full is the resource's, and so is its line: the holder that releases and comes back
+// through the other name enters after the waiter of the first.
+func TestNamesSharingAResourceShareItsLine(t *testing.T) {
 	ps := newProcesses(t, 2, []leaseDef{
 		{name: "ordered", resource: "shared", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairGlobal},
 		{name: "loose", resource: "shared", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairProcess},
@@ -123,7 +86,7 @@ func TestMixedPoliciesOnOneResource(t *testing.T) {
 	held := mustAcquire(t, ps[0].svc, podReq("loose", 0))
 	e := &entries{t: t}
 	e.start(ps[1], "ordered", 1)
-	ps[0].untilQueued(t, globalKey("shared"), 1)
+	ps[0].untilInLine(t, globalKey("shared"), 1)
 	if _, err := ps[0].svc.Release(ctxT(t), held.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -139,49 +102,40 @@ func TestMixedPoliciesOnOneResource(t *testing.T) {
 // can fire: only the wake-up of the definition change (the resolver's OnChange, as
 // cmd/manager wires it) lets them in.
 func TestCapRaiseWakesWaiters(t *testing.T) {
-	for _, f := range []definition.Fairness{definition.FairProcess, definition.FairGlobal} {
-		t.Run(string(f), func(t *testing.T) {
-			def := leaseDef{name: "x", global: 1, ttlSeconds: 60, waitMs: definition.MaxWaitMs, fairness: f}
-			ps := newProcesses(t, 1, []leaseDef{def},
-				processOpts{clock: testingclock.NewFakeClock(time.Now()), safety: time.Hour})
-			p := ps[0]
-			mustAcquire(t, p.svc, podReq("x", 0))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			granted := make(chan leasing.Lease, 2)
-			errs := make(chan error, 2)
-			for i := 1; i <= 2; i++ {
-				go func() {
-					l, err := p.svc.Acquire(ctx, podReq("x", i))
-					if err != nil {
-						errs <- err
-						return
-					}
-					granted <- l
-				}()
-				waitfor.Until(t, "the waiter is blocked", func() bool { return p.queue.Blocked(globalKey("x")) >= i })
+	def := leaseDef{name: "x", global: 1, ttlSeconds: 60, waitMs: definition.MaxWaitMs}
+	ps := newProcesses(t, 1, []leaseDef{def},
+		processOpts{clock: testingclock.NewFakeClock(time.Now()), safety: time.Hour})
+	p := ps[0]
+	mustAcquire(t, p.svc, podReq("x", 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	granted := make(chan leasing.Lease, 2)
+	errs := make(chan error, 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			l, err := p.svc.Acquire(ctx, podReq("x", i))
+			if err != nil {
+				errs <- err
+				return
 			}
-			if f == definition.FairGlobal {
-				p.untilQueued(t, globalKey("x"), 2)
-			}
-
-			def.global = 3
-			p.source.set(def)
-			p.resolver.Invalidate(definition.LayerKey{Name: "x", Tenant: definition.SystemTenant, Project: definition.TenantProject})
-			for range 2 {
-				select {
-				case l := <-granted:
-					if got := l.Levels[0].Cap; got != 3 {
-						t.Errorf("granted under cap %d, want the raised 3", got)
-					}
-				case err := <-errs:
-					t.Fatalf("a waiter was not admitted after the cap was raised: %v", err)
-				}
-			}
-			if rs, _ := p.store.ListReservations(ctxT(t), ""); len(rs) != 0 {
-				t.Errorf("reservations left: %+v", rs)
-			}
-			assertNoDrift(t, p.store)
-		})
+			granted <- l
+		}()
+		p.untilInLine(t, globalKey("x"), i)
 	}
+
+	def.global = 3
+	p.source.set(def)
+	p.resolver.Invalidate(definition.LayerKey{Name: "x", Tenant: definition.SystemTenant, Project: definition.TenantProject})
+	for range 2 {
+		select {
+		case l := <-granted:
+			if got := l.Levels[0].Cap; got != 3 {
+				t.Errorf("granted under cap %d, want the raised 3", got)
+			}
+		case err := <-errs:
+			t.Fatalf("a waiter was not admitted after the cap was raised: %v", err)
+		}
+	}
+	p.untilInLine(t, "", 0)
+	assertNoDrift(t, p.store)
 }

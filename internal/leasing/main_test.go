@@ -18,6 +18,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/waitq"
 )
 
 func TestMain(m *testing.M) {
@@ -180,6 +181,16 @@ type env struct {
 	svc      *leasing.Service
 	metrics  *metrics.Metrics
 	listener *chanListener
+
+	mu    sync.Mutex
+	queue *waitq.Queue // the queue the store's grant hook wakes (envOpts.grants)
+}
+
+// grantTo makes the store's grant hook wake q's waiters.
+func (e *env) grantTo(q *waitq.Queue) {
+	e.mu.Lock()
+	e.queue = q
+	e.mu.Unlock()
 }
 
 type envOpts struct {
@@ -188,6 +199,9 @@ type envOpts struct {
 	svcOpts    []leasing.Option
 	uri        string
 	noListener bool
+	// grants: the store wakes the service's waiters of the slots it hands over (as
+	// cmd/manager wires it); otherwise they learn at their safety looks.
+	grants bool
 }
 
 func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
@@ -201,6 +215,18 @@ func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
 		}
 	}
 	opts := append([]leasestore.Option{leasestore.WithCommandObserver(e.cmds.observe)}, o.storeOpts...)
+	q := waitq.New()
+	e.grantTo(q)
+	if o.grants {
+		opts = append(opts, leasestore.WithGrantHook(func(grants []leasestore.Grant) {
+			e.mu.Lock()
+			q := e.queue
+			e.mu.Unlock()
+			for _, g := range grants {
+				q.Granted(g.ID, g.Key)
+			}
+		}))
+	}
 	s, err := leasestore.Connect(uri, mongotest.DatabaseName(t), opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -229,7 +255,7 @@ func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
 	if o.noListener {
 		l = nil
 	}
-	svcOpts := append([]leasing.Option{leasing.WithRevocationListener(l), leasing.WithClock(o.clock), leasing.WithMetrics(e.metrics)}, o.svcOpts...)
+	svcOpts := append([]leasing.Option{leasing.WithRevocationListener(l), leasing.WithClock(o.clock), leasing.WithMetrics(e.metrics), leasing.WithWaitQueue(q)}, o.svcOpts...)
 	e.svc = leasing.NewService(s, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex", "mcp"), svcOpts...)
 	return e
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -20,19 +21,18 @@ import (
 type Store interface {
 	// Acquire makes one attempt at the funnel: a *lease.BusyError when a level is full.
 	Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error)
-	// Probe reads the funnel's counters and returns the first visibly full level, or nil.
-	Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error)
 	Touch(ctx context.Context, token string) error
 	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
 	Release(ctx context.Context, token string) (released bool, err error)
 	// SweepIdle deletes the idle holders of resource and returns them, with when the next
 	// of the others goes idle.
 	SweepIdle(ctx context.Context, resource string) (leasestore.IdleSweep, error)
-	// Reserve, Renew, Turn and Leave are the cross-process wait queue (definition.FairGlobal).
-	Reserve(ctx context.Context, key string, pod lease.PodRef, expires time.Time) (leasestore.Reservation, error)
-	Renew(ctx context.Context, key string, expires time.Time) error
-	Turn(ctx context.Context, r leasestore.Reservation, cap int, now time.Time) (mine, localAhead bool, err error)
-	Leave(ctx context.Context, r leasestore.Reservation) error
+	// Resume goes on with an acquisition waiting in a level's line; Withdraw ends it
+	// (docs/waiting.md).
+	Resume(ctx context.Context, req leasestore.AcquireRequest, granted string, look bool) (lease.Holder, error)
+	Withdraw(ctx context.Context, token string) error
+	// Heal corrects one counter against the holders that book it.
+	Heal(ctx context.Context, key string) (int, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)
@@ -120,7 +120,6 @@ type config struct {
 	metrics        *metrics.Metrics
 	safety         time.Duration
 	queue          *waitq.Queue
-	reservationTTL time.Duration
 	sweepInterval  time.Duration
 	idleReaper     IdleReaper
 	tokenCacheSize int
@@ -181,17 +180,20 @@ type Service struct {
 	clk      clock.WithTicker
 	metrics  *metrics.Metrics
 	cfg      config
-	probe    bool // false only in the benchmark's baseline
 	queue    *waitq.Queue
 
 	tokens *tokenLabels
 	labels *labelSet
 	sweeps *sweepGate
-	looks  *lookShare
-	// renewals gates the renewal of this process's reservations per key.
-	renewals *sweepGate
+	// heals gates the healing of one counter key (Store.Heal).
+	heals *sweepGate
 
 	dispatching sync.WaitGroup
+	// background runs the store calls a wait does not wait for (wait.go).
+	background sync.WaitGroup
+	// lastAnswer is when the store last answered a call of this process (unix ns, the
+	// service's clock): evidence that it is up (wait.go).
+	lastAnswer atomic.Int64
 }
 
 // NewService builds the admission service over its required collaborators; the revocation
@@ -200,7 +202,6 @@ type Service struct {
 func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Option) *Service {
 	cfg := config{
 		safety:         DefaultSafetyTimer,
-		reservationTTL: DefaultReservationTTL,
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,
 		maxLabels:      DefaultMaxResourceLabels,
@@ -211,9 +212,6 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Opti
 	}
 	if cfg.safety <= 0 {
 		cfg.safety = DefaultSafetyTimer
-	}
-	if cfg.reservationTTL <= 0 {
-		cfg.reservationTTL = DefaultReservationTTL
 	}
 	if cfg.queue == nil {
 		cfg.queue = waitq.New()
@@ -233,13 +231,11 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Opti
 		clk:      clk,
 		metrics:  m,
 		cfg:      cfg,
-		probe:    true,
 		queue:    cfg.queue,
 		tokens:   newTokenLabels(cfg.tokenCacheSize),
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   newSweepGate(),
-		looks:    &lookShare{last: map[string]lookResult{}},
-		renewals: &sweepGate{last: map[string]time.Time{}},
+		heals:    newSweepGate(),
 	}
 }
 
@@ -249,6 +245,7 @@ func (s *Service) Drain(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.dispatching.Wait()
+		s.background.Wait()
 		close(done)
 	}()
 	select {
@@ -272,47 +269,6 @@ func (s *Service) dispatch(ctx context.Context, reason string, holders []lease.H
 	}
 	dctx := context.WithoutCancel(ctx)
 	s.dispatching.Go(func() { s.listener.Revoked(dctx, reason, holders) })
-}
-
-// lookResult is the outcome of one safety-timer look at a key.
-type lookResult struct {
-	at   time.Time
-	full *lease.BusyError
-	err  error
-}
-
-// lookShare keeps the last look per key, for the waiters of that key (sharedLook).
-type lookShare struct {
-	mu   sync.Mutex
-	last map[string]lookResult
-}
-
-// recent returns the look at key taken within the last within, and not before notBefore.
-func (l *lookShare) recent(key string, now time.Time, within time.Duration, notBefore time.Time) (lookResult, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r, ok := l.last[key]
-	if !ok || now.Sub(r.at) >= within || r.at.Before(notBefore) {
-		return lookResult{}, false
-	}
-	if r.full != nil {
-		r.full = busyOf(r.full)
-	}
-	return r, true
-}
-
-func (l *lookShare) put(key string, now time.Time, within time.Duration, r lookResult) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.last) >= maxSweepGateEntries {
-		for k, x := range l.last {
-			if now.Sub(x.at) >= within {
-				delete(l.last, k)
-			}
-		}
-	}
-	r.at = now
-	l.last[key] = r
 }
 
 // sweepGate limits the lazy sweep to once per interval and resource, except when a holder

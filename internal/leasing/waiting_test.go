@@ -40,7 +40,8 @@ type process struct {
 }
 
 type processOpts struct {
-	// noEvents: the store neither wakes its own queue nor publishes (every wake-up is lost).
+	// noEvents: the store neither wakes its own queue nor publishes (every wake-up is lost:
+	// waiters learn of hand-overs at their safety looks).
 	noEvents bool
 	// noNotifier: no notifier follows the other processes' events.
 	noNotifier bool
@@ -68,7 +69,7 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		p := &process{queue: waitq.New(), source: source, stopped: make(chan struct{})}
 		opts := append([]leasestore.Option{}, o.storeOpts...)
 		if !o.noEvents {
-			opts = append(opts, leasestore.WithFreedHook(p.queue.Freed), leasestore.WithFreedEvents())
+			opts = append(opts, leasestore.WithGrantHook(p.granted), leasestore.WithGrantEvents())
 		}
 		s, err := leasestore.Connect(uri, db, opts...)
 		if err != nil {
@@ -112,7 +113,7 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		if o.noNotifier {
 			close(p.stopped)
 		} else {
-			p.notifier = leasestore.NewNotifier(s, p.queue.Notified, func() { p.queue.WakeAll() })
+			p.notifier = leasestore.NewNotifier(s, p.granted, func() { p.queue.WakeAll() })
 			go func() {
 				defer close(p.stopped)
 				p.notifier.Run(ctx)
@@ -133,11 +134,33 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 	return ps
 }
 
-// untilBlocked returns once a waiter of p is blocked on the global level of resource.
+// granted wakes the process's waiters of grants, as cmd/manager wires it.
+func (p *process) granted(grants []leasestore.Grant) {
+	for _, g := range grants {
+		p.queue.Granted(g.ID, g.Key)
+	}
+}
+
+// untilBlocked returns once a waiter is in the line of the global level of resource.
 func (p *process) untilBlocked(t *testing.T, resource string) {
 	t.Helper()
-	k := lease.CounterKey(resource, lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
-	waitfor.Until(t, "a waiter is blocked on "+k, func() bool { return p.queue.Blocked(k) > 0 })
+	p.untilInLine(t, globalKey(resource), 1)
+}
+
+// untilInLine returns once n waiters are in the line of key.
+func (p *process) untilInLine(t *testing.T, key string, n int) {
+	t.Helper()
+	waitfor.Until(t, fmt.Sprintf("%d waiters in the line of %s", n, key), func() bool { return p.inLine(t, key) == n })
+}
+
+// inLine is the length of key's line ("": all lines).
+func (p *process) inLine(t *testing.T, key string) int {
+	t.Helper()
+	l, err := p.store.Line(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l)
 }
 
 func podReq(name string, i int) leasing.Request {
@@ -183,14 +206,8 @@ func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
 // with waiters inside. No level ever exceeds its cap, every surviving holder gets in, and at
 // rest the counters equal the booked holders.
 func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
-	for _, f := range []definition.Fairness{definition.FairProcess, definition.FairGlobal} {
-		t.Run(string(f), func(t *testing.T) { waitersKeepTheInvariant(t, f) })
-	}
-}
-
-func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 	const capacity, perProcess, rounds = 3, 4, 6
-	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000, fairness: fairness}},
+	ps := newProcesses(t, 4, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 30000}},
 		processOpts{})
 	stopWatch := capWatch(t, ps[0].store)
 
@@ -251,8 +268,9 @@ func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 	if n := got.Load(); n != 3*perProcess*rounds {
 		t.Errorf("%d acquisitions, want %d", n, 3*perProcess*rounds)
 	}
-	assertNoDrift(t, ps[0].store)
-	// Only the crashed process may have left holders (the reapers' business).
+	// The crashed process's waiters lapse (nobody renews them) and are passed over; what
+	// they booked stays until they are reaped as idle, which is the reapers' business.
+	// Only the crashed process may have left holders.
 	hs, _ := holdersAndCounters(t, ps[0].store)
 	for _, h := range hs {
 		if h.Pod.Name < "pod-100" || h.Pod.Name > "pod-102" {
@@ -261,8 +279,9 @@ func waitersKeepTheInvariant(t *testing.T, fairness definition.Fairness) {
 	}
 }
 
-// TestLostWakeUpsCostOnlyTheSafetyTimer: no process learns of freed slots (no freed hook,
-// no events, no notifier). Every waiter still gets in before its deadline, on its safety timer.
+// TestLostWakeUpsCostOnlyTheSafetyTimer: no process learns of hand-overs (no grant hook, no
+// events, no notifier). Every waiter still gets in before its deadline: at its safety look
+// it finds the slot handed to it.
 func TestLostWakeUpsCostOnlyTheSafetyTimer(t *testing.T) {
 	const capacity, waiters = 2, 6
 	ps := newProcesses(t, 2, []leaseDef{{name: "hot", global: capacity, ttlSeconds: 60, waitMs: 20000}},
@@ -294,10 +313,10 @@ func TestLostWakeUpsCostOnlyTheSafetyTimer(t *testing.T) {
 	assertNoDrift(t, ps[0].store)
 }
 
-// TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis, also when it queued behind an older
-// waiter of its process without an attempt of its own.
+// TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis, also the second in line, and it leaves
+// the line.
 func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
-	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 400}}, processOpts{})
+	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 800}}, processOpts{})
 	p := ps[0]
 	mustAcquire(t, p.svc, podReq("x", 0))
 	errs := make(chan error, 2)
@@ -307,21 +326,21 @@ func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
 	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 2)); errs <- err }()
 	for range 2 {
 		b := asBusy(t, waitfor.Receive(t, errs, "a waiter's answer"))
-		if b.Level != lease.LevelGlobal || b.Count != 1 || b.Cap != 1 || b.Waited < 400*time.Millisecond {
+		if b.Level != lease.LevelGlobal || b.Count != 1 || b.Cap != 1 || b.Waited < 800*time.Millisecond {
 			t.Errorf("diagnosis = %+v", b)
 		}
 	}
+	p.untilInLine(t, "", 0)
 }
 
-// TestFIFOWithinAProcess: waiters blocked on one level get the freed slots oldest first, and
-// the releasing holder, coming back at once, queues behind them.
+// TestFIFOWithinAProcess: waiters in one level's line get the freed slots oldest first.
 func TestFIFOWithinAProcess(t *testing.T) {
 	const waiters = 5
-	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairGlobal}},
+	ps := newProcesses(t, 1, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
 		processOpts{})
 	p := ps[0]
 	l := mustAcquire(t, p.svc, podReq("x", 0))
-	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	k := globalKey("x")
 	order := make(chan int, waiters+1)
 	var wg sync.WaitGroup
 	for i := 1; i <= waiters; i++ {
@@ -336,13 +355,7 @@ func TestFIFOWithinAProcess(t *testing.T) {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
 		})
-		waitfor.Until(t, "blocked and queued in the store in order", func() bool {
-			rs, err := p.store.ListReservations(ctxT(t), k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(rs) == i && p.queue.Blocked(k) == i
-		})
+		p.untilInLine(t, k, i)
 	}
 	if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
 		t.Fatal(err)
@@ -452,9 +465,9 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 // they queued, and the holder that releases, coming back at once, queues behind all of them
 // (its process has a younger waiter of its own).
 func TestFIFOAcrossProcesses(t *testing.T) {
-	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000, fairness: definition.FairGlobal}},
+	ps := newProcesses(t, 3, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}},
 		processOpts{})
-	k := lease.CounterKey("x", lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, "acme", "p", "u"))
+	k := globalKey("x")
 	held := mustAcquire(t, ps[0].svc, podReq("x", 0))
 	order := make(chan int, 8)
 	var wg sync.WaitGroup
@@ -469,15 +482,7 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 			t.Errorf("waiter %d release: %v", id, err)
 		}
 	}
-	queued := func(n int) {
-		waitfor.Until(t, fmt.Sprintf("%d reservations", n), func() bool {
-			rs, err := ps[0].store.ListReservations(ctxT(t), k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(rs) == n
-		})
-	}
+	queued := func(n int) { ps[0].untilInLine(t, k, n) }
 	for i, p := range []*process{ps[1], ps[2], ps[0], ps[1]} {
 		wg.Go(func() { acquire(p, i+1) })
 		queued(i + 1)
@@ -495,8 +500,8 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 	if want := []int{1, 2, 3, 4, 0}; !slices.Equal(got, want) {
 		t.Errorf("order of entry %v, want %v", got, want)
 	}
-	if rs, _ := ps[0].store.ListReservations(ctxT(t), ""); len(rs) != 0 {
-		t.Errorf("reservations left: %+v", rs)
+	if n := ps[0].inLine(t, ""); n != 0 {
+		t.Errorf("%d waiters left in line", n)
 	}
 	assertNoDrift(t, ps[0].store)
 }

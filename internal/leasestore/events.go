@@ -13,65 +13,73 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Freed slots: every decrement (release, reap, revocation, rollback) and every reconcile
-// correction that lowers a counter tells this process's waiters at once (WithFreedHook) and,
-// with WithFreedEvents, the other processes through a small capped collection that each
-// process's Notifier follows (docs/waiting.md).
+// Wake-ups across processes: a slot handed to a waiter (wait.go) wakes it at once when it
+// waits in this process (WithGrantHook) and, with WithGrantEvents, through a small capped
+// collection that each process's Notifier follows when it waits in another one. An event
+// names the waiting holders by public ID, so only their processes act on it, and only they.
+// A lost event costs the waiter its next safety look, no more: the waiter reads its own
+// holder then.
 
-// EventsCollection is the capped collection of freed-slot events.
+// EventsCollection is the capped collection of hand-over events.
 const EventsCollection = "resource_lease_freed"
 
 // Bounds of the events collection: it only has to cover the time a notifier takes to read
-// the next batch (publishers batch their keys); a notifier that falls behind by more
-// reconnects and wakes every waiter. Small, because FerretDB's awaitData re-reads the whole
-// collection every 10 ms while a tailing cursor waits.
+// the next batch; a notifier that falls behind by more reconnects and wakes every waiter
+// once. An event carries at most eventMaxGrants grants, so that a batch never outgrows it.
 const (
-	eventsMaxDocs = 32
-	eventsBytes   = 64 << 10
+	eventsMaxDocs  = 32
+	eventsBytes    = 64 << 10
+	eventMaxGrants = 32
 )
 
-// FreedFunc is told the counter keys that got slots back, one entry per slot.
-type FreedFunc func(keys []string)
+// GrantFunc is told the slots handed to waiters.
+type GrantFunc func(grants []Grant)
 
-// WithFreedHook calls f, synchronously and after the counters were lowered, with the keys of
-// every slot this store gives back.
-func WithFreedHook(f FreedFunc) Option { return func(c *config) { c.freedHook = f } }
+// WithGrantHook calls f, synchronously after the hand-over, with the slots handed to waiters
+// of this store (process).
+func WithGrantHook(f GrantFunc) Option { return func(c *config) { c.grantHook = f } }
 
-// WithFreedEvents makes the store publish every slot it gives back to the events collection,
-// for the notifiers of other processes. Publishing is asynchronous and batched: it never
-// delays the release, and one insert carries every slot freed while the previous was in
-// flight. A lost event costs a waiter at most its safety timer.
-func WithFreedEvents() Option { return func(c *config) { c.publish = true } }
+// WithGrantEvents makes the store publish the slots it hands to waiters of other processes
+// to the events collection, for their notifiers. Publishing is asynchronous and batched: it
+// never delays the release, and one insert carries every grant made while the previous was
+// in flight.
+func WithGrantEvents() Option { return func(c *config) { c.publish = true } }
 
 // eventDoc is a document of the events collection.
 type eventDoc struct {
 	ID     bson.ObjectID `bson:"_id"`
 	Origin string        `bson:"origin"`
-	Keys   []string      `bson:"keys"`
+	Grants []Grant       `bson:"grants"`
 }
 
-// publisher batches freed keys into event inserts on its own goroutine.
+// publisher batches grants into event inserts on its own goroutine.
 type publisher struct {
 	once    sync.Once
 	mu      sync.Mutex
-	pending []string
+	pending []Grant
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-// freed reports slots given back on keys: the local hook, then the event publisher.
-func (s *Store) freed(keys []string) {
-	if len(keys) == 0 {
-		return
+// granted tells the waiters of grants (origins: the store each waits in): this store's at
+// once through the hook, the others through the publisher.
+func (s *Store) granted(grants []Grant, origins []string) {
+	var local, remote []Grant
+	for i, g := range grants {
+		if origins[i] == s.origin {
+			local = append(local, g)
+		} else {
+			remote = append(remote, g)
+		}
 	}
-	if s.cfg.freedHook != nil {
-		s.cfg.freedHook(keys)
+	if len(local) > 0 && s.cfg.grantHook != nil {
+		s.cfg.grantHook(local)
 	}
-	if p := s.pub; p != nil {
+	if p := s.pub; p != nil && len(remote) > 0 {
 		p.mu.Lock()
-		if len(p.pending) < eventsMaxKeys {
-			p.pending = append(p.pending, keys...)
+		if len(p.pending) < eventsMaxPending {
+			p.pending = append(p.pending, remote...)
 		}
 		p.mu.Unlock()
 		select {
@@ -81,8 +89,8 @@ func (s *Store) freed(keys []string) {
 	}
 }
 
-// eventsMaxKeys bounds the keys one process keeps waiting to be published.
-const eventsMaxKeys = 4096
+// eventsMaxPending bounds the grants one process keeps waiting to be published.
+const eventsMaxPending = 4096
 
 func (s *Store) startPublisher() {
 	p := &publisher{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -96,11 +104,13 @@ func (s *Store) startPublisher() {
 			case <-p.kick:
 			}
 			p.mu.Lock()
-			keys := p.pending
+			grants := p.pending
 			p.pending = nil
 			p.mu.Unlock()
-			if len(keys) > 0 {
-				_ = s.publish(keys) // a lost event costs the waiters their safety timer, no more
+			for len(grants) > 0 {
+				n := min(len(grants), eventMaxGrants)
+				_ = s.publish(grants[:n]) // a lost event costs a waiter its safety look, no more
+				grants = grants[n:]
 			}
 		}
 	}()
@@ -115,18 +125,23 @@ func (s *Store) stopPublisher() {
 }
 
 // publish inserts one event.
-func (s *Store) publish(keys []string) error {
+func (s *Store) publish(grants []Grant) error {
 	ctx, cancel := s.bound(context.Background())
 	defer cancel()
 	if err := s.ensureEvents(ctx); err != nil {
 		return err
 	}
-	_, err := s.events.InsertOne(ctx, eventDoc{ID: bson.NewObjectID(), Origin: s.origin, Keys: keys})
+	_, err := s.events.InsertOne(ctx, eventDoc{ID: bson.NewObjectID(), Origin: s.origin, Grants: grants})
 	if err != nil {
-		return unavailable("publishing freed slots", err)
+		return unavailable("publishing hand-overs", err)
 	}
 	return nil
 }
+
+// eventsRetry is how long a store waits before it tries to create the events collection
+// again after a failure (a server without capped collections): the publisher does not pay a
+// failing command on every hand-over.
+const eventsRetry = 30 * time.Second
 
 // ensureEvents creates the capped events collection once per store (an insert into a missing
 // collection would create an uncapped one).
@@ -136,10 +151,14 @@ func (s *Store) ensureEvents(ctx context.Context) error {
 	if s.eventsReady {
 		return nil
 	}
+	if time.Now().Before(s.eventsRetryAt) {
+		return unavailable("creating "+EventsCollection, errors.New("failed recently; not retried yet"))
+	}
 	err := s.db.CreateCollection(ctx, EventsCollection,
 		options.CreateCollection().SetCapped(true).SetSizeInBytes(eventsBytes).SetMaxDocuments(eventsMaxDocs))
 	var ce mongo.CommandError
 	if err != nil && (!errors.As(err, &ce) || ce.Code != codeNamespaceExists) {
+		s.eventsRetryAt = time.Now().Add(eventsRetry)
 		return unavailable("creating "+EventsCollection, err)
 	}
 	s.eventsReady = true
@@ -156,19 +175,7 @@ func newOrigin() string {
 	return hex.EncodeToString(b[:])
 }
 
-// repeat returns key n times: n slots of one counter.
-func repeat(key string, n int) []string {
-	if n <= 0 {
-		return nil
-	}
-	out := make([]string, n)
-	for i := range out {
-		out[i] = key
-	}
-	return out
-}
-
-// NotifyMode is how a Notifier learns of slots freed by other processes.
+// NotifyMode is how a Notifier learns of slots handed to this process's waiters by others.
 type NotifyMode string
 
 // Notifier modes, best first.
@@ -179,15 +186,16 @@ const (
 	// NotifyTail tails the events collection with a tailable awaitData cursor (a standalone
 	// MongoDB, FerretDB, the development server).
 	NotifyTail NotifyMode = "tail"
-	// NotifyPoll learns nothing from the store: waiters rely on their safety timers.
+	// NotifyPoll learns nothing from the store: waiters learn of hand-overs at their safety
+	// looks.
 	NotifyPoll NotifyMode = "poll"
 )
 
-// Notifier follows the freed-slot events of other processes, one per process (never one
+// Notifier follows the hand-over events of other processes, one per process (never one
 // cursor per waiter). Run it on its own goroutine.
 type Notifier struct {
 	store   *Store
-	freed   FreedFunc
+	granted GrantFunc
 	reset   func()
 	await   time.Duration
 	backoff time.Duration
@@ -196,11 +204,11 @@ type Notifier struct {
 	mode NotifyMode
 }
 
-// NewNotifier returns a notifier that calls freed with the keys of slots freed by other
-// stores (processes) and reset when it (re)connects after a break, so that every waiter
-// re-checks once.
-func NewNotifier(s *Store, freed FreedFunc, reset func()) *Notifier {
-	return &Notifier{store: s, freed: freed, reset: reset, await: time.Second, backoff: time.Second}
+// NewNotifier returns a notifier that calls granted with the slots other stores (processes)
+// handed over, and reset when it reconnects after a break of a following connection, so
+// that every waiter reads its own state once (events may have been lost meanwhile).
+func NewNotifier(s *Store, granted GrantFunc, reset func()) *Notifier {
+	return &Notifier{store: s, granted: granted, reset: reset, await: time.Second, backoff: time.Second}
 }
 
 // Mode is the mode of the current connection ("" before the first).
@@ -211,25 +219,37 @@ func (n *Notifier) Mode() NotifyMode {
 }
 
 // Run follows the events until ctx ends: a change stream if the server offers one, else a
-// tailable cursor, else nothing (poll mode waits for ctx). A broken connection is retried
-// after a pause and followed by reset.
+// tailable cursor, else nothing (poll). A connection that broke after following is retried
+// after a pause and followed by reset. A server that offers neither is asked again less and
+// less often (up to maxBackoff), without waking anyone: in poll mode waiters learn of
+// hand-overs at their safety looks anyway.
 func (n *Notifier) Run(ctx context.Context) {
-	for broken := false; ctx.Err() == nil; broken = true {
-		if broken {
-			n.reset()
-		}
+	backoff := n.backoff
+	for ctx.Err() == nil {
 		err := n.follow(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		_ = err // the next round reconnects; waiters meanwhile run on their safety timers
+		_ = err // the next round reconnects; waiters meanwhile learn at their safety looks
+		followed := n.Mode() != NotifyPoll
+		if followed {
+			backoff = n.backoff
+		} else {
+			backoff = min(2*backoff, maxBackoff)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(n.backoff):
+		case <-time.After(backoff):
+		}
+		if followed {
+			n.reset()
 		}
 	}
 }
+
+// maxBackoff bounds the pause between two tries of a notifier that found no way to follow.
+const maxBackoff = time.Minute
 
 func (n *Notifier) setMode(m NotifyMode) {
 	n.mu.Lock()
@@ -244,6 +264,7 @@ func (n *Notifier) follow(ctx context.Context) error {
 	err := s.ensureEvents(cctx)
 	cancel()
 	if err != nil {
+		n.setMode(NotifyPoll)
 		return err
 	}
 	cs, err := s.events.Watch(ctx, mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}}},
@@ -275,7 +296,7 @@ func (n *Notifier) tail(ctx context.Context) error {
 	rctx, cancel := s.bound(ctx)
 	err := s.events.FindOne(rctx, bson.D{}, options.FindOne().SetSort(bson.D{{Key: "$natural", Value: -1}})).Decode(&last)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		last = eventDoc{ID: bson.NewObjectID(), Origin: "start", Keys: []string{}}
+		last = eventDoc{ID: bson.NewObjectID(), Origin: "start", Grants: []Grant{}}
 		_, err = s.events.InsertOne(rctx, last)
 	}
 	cancel()
@@ -316,13 +337,13 @@ func (n *Notifier) tail(ctx context.Context) error {
 	return errors.New("tailable cursor closed")
 }
 
-// deliver hands another process's freed keys to the waiters; this store's own events were
-// delivered by the freed hook already.
+// deliver hands another process's grants to the waiters (those of other processes are
+// ignored by the queue); this store's own grants to its own waiters went through the hook.
 func (n *Notifier) deliver(ev eventDoc) {
-	if ev.Origin == n.store.origin || len(ev.Keys) == 0 {
+	if ev.Origin == n.store.origin || len(ev.Grants) == 0 {
 		return
 	}
-	n.freed(ev.Keys)
+	n.granted(ev.Grants)
 }
 
 // DropEvents drops the events collection (tests: it breaks every notifier's cursor).

@@ -1,0 +1,409 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// The line of a full level (docs/waiting.md). A holder that finds a level full, and may wait,
+// stays in the holders collection as WAITING at that level's counter key: its place is the
+// server's time it first waited. Every path that frees a slot (release, rollback, reap,
+// revocation, a waiter giving up) hands it to the oldest live waiter of that key instead of
+// decrementing the counter (giveBack): the count stays, the waiter's holder books the slot
+// (grantKey), and its process is woken by the waiter's holder ID. There is no second record
+// of the line that could drift from it: the waiting holders are the line, and the counter
+// that stays at its cap while they wait is the barrier that keeps newcomers behind them.
+
+// WaitingError is the answer of an attempt whose holder now waits in a level's line: the
+// level it waits at and the token of the waiting holder (Resume, Withdraw).
+type WaitingError struct {
+	Busy  *lease.BusyError
+	Token string
+}
+
+func (e *WaitingError) Error() string { return "waiting in line: " + e.Busy.Error() }
+
+// Unwrap makes a WaitingError a *lease.BusyError for callers that do not wait.
+func (e *WaitingError) Unwrap() error { return e.Busy }
+
+// ErrNotWaiting is Resume's answer when the waiting holder is gone: reaped as idle (its
+// renewals stopped for a whole TTL), its pod gone, or withdrawn.
+var ErrNotWaiting = errors.New("the waiting holder is gone")
+
+// Grant tells a waiting process that a slot of Key was handed to the holder with public ID ID.
+type Grant struct {
+	ID  string `bson:"id"`
+	Key string `bson:"key"`
+}
+
+// NewToken returns a random 128-bit holder token.
+func NewToken() (string, error) { return newToken() }
+
+// wait puts the holder in l's line (the state write), then tries l once more: a slot freed
+// between the failed increment and the state write went to no waiter, and this try takes
+// it. claimed is true when the holder booked l after all (the caller goes on with the next
+// level); otherwise the answer is a *WaitingError, or an error after a rollback.
+func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyError) (claimed bool, err error) {
+	s, token := b.store, b.doc.ID
+	set := bson.D{
+		{Key: "state", Value: string(lease.StateWaiting)},
+		{Key: "waitKey", Value: l.key},
+		{Key: "waitExp", Value: time.Now().Add(b.waitTTL)},
+		{Key: "origin", Value: s.origin},
+	}
+	dates := bson.D{{Key: "lastSeenAt", Value: true}}
+	if b.doc.QueuedAt.IsZero() { // a place is kept from level to level
+		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
+	}
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}},
+		bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: dates}})
+	switch {
+	case err != nil:
+		return false, s.abandon(ctx, token, nil, false, unavailable("queueing for "+l.key, err))
+	case res.MatchedCount == 0:
+		return false, unavailable("queueing for "+l.key, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+	}
+	if err := s.fault(StepQueued, l.key); err != nil {
+		return false, s.abandon(ctx, token, nil, false, unavailable("queueing for "+l.key, err))
+	}
+	b.doc.State, b.doc.WaitKey = string(lease.StateWaiting), l.key
+	waiting := &WaitingError{Busy: busy, Token: token}
+	ok, err := b.claim(ctx, l)
+	if err != nil {
+		return false, errors.Join(waiting, err) // still in line: the caller's Resume sorts it out
+	}
+	if !ok {
+		return false, waiting
+	}
+	return true, nil
+}
+
+// claim takes a free slot of l for a holder waiting at it: the conditional increment, then
+// the holder leaves the line with the key booked (HELD if l is its last level). A holder
+// that left the line meanwhile (a slot was handed to it, or it was reaped) gives the slot
+// it just took back.
+func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
+	s, token := b.store, b.doc.ID
+	res, err := s.counters.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}})
+	if err != nil {
+		return false, unavailable("incrementing "+l.key, err)
+	}
+	if res.MatchedCount == 0 {
+		return false, nil
+	}
+	if err := s.fault(StepClaimIncremented, l.key); err != nil {
+		return false, unavailable("claiming "+l.key, err)
+	}
+	set := bson.D{{Key: "state", Value: string(lease.StatePending)}}
+	if b.last(l) {
+		set[0].Value = string(lease.StateHeld)
+	}
+	res, err = s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}},
+		bson.D{{Key: "$set", Value: set}, {Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
+			{Key: "$unset", Value: bson.D{{Key: "waitKey", Value: ""}, {Key: "waitExp", Value: ""}}}})
+	if err != nil {
+		// Ambiguous: the holder may have left the line with the key. The slot stays booked
+		// by the counter until it is healed (Heal) or the holder's Resume finds it.
+		return false, unavailable("claiming "+l.key, err)
+	}
+	if res.MatchedCount == 0 {
+		return false, s.giveBack(ctx, []string{l.key})
+	}
+	b.doc.State, b.doc.WaitKey = set[0].Value.(string), ""
+	b.doc.Levels = append(b.doc.Levels, l.key)
+	return true, nil
+}
+
+func (b *funnelRun) last(l funnelLevel) bool { return b.levels[len(b.levels)-1].key == l.key }
+
+// index is the position of key in the funnel, or -1.
+func (b *funnelRun) index(key string) int {
+	return slices.IndexFunc(b.levels, func(l funnelLevel) bool { return l.key == key })
+}
+
+// Resume goes on with a waiting acquisition (req is the request it was queued with,
+// Token included): the holder's state decides. Still in line: the entry is renewed
+// (WaitTTL) and, with look, the level is tried once (room nobody was handed: a lapsed
+// waiter's, a healed counter's, a raised cap's); the answer is then a *WaitingError again. A
+// slot was handed to it (grantKey): the key is booked and the funnel goes on from the next
+// level, where it may queue again. granted names the key a wake-up said was handed over: then
+// the state is not read first (one round trip less for the usual case). ErrNotWaiting: the
+// holder is gone.
+func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, look bool) (lease.Holder, error) {
+	if err := validateAcquire(req); err != nil {
+		return lease.Holder{}, err
+	}
+	levels, err := funnel(req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL}
+	if granted != "" {
+		if i := b.index(granted); i >= 0 {
+			// An error here is ambiguous: the read below finds out.
+			if h, done, err := b.takeGrant(ctx, req.Token, i); done {
+				return h, err
+			}
+		}
+	}
+	err = s.holders.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: req.Token}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "waitExp", Value: time.Now().Add(req.WaitTTL)}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return lease.Holder{}, ErrNotWaiting
+	case err != nil:
+		return lease.Holder{}, unavailable("renewing the wait for "+req.Resource, err)
+	}
+	switch {
+	case b.doc.GrantKey != "":
+		if i := b.index(b.doc.GrantKey); i >= 0 {
+			h, done, err := b.takeGrant(ctx, req.Token, i)
+			if done || err != nil {
+				return h, err
+			}
+		}
+		return lease.Holder{}, ErrNotWaiting
+	case b.doc.State == string(lease.StateHeld):
+		return b.doc.holder(), nil
+	case b.doc.State != string(lease.StateWaiting):
+		return lease.Holder{}, ErrNotWaiting
+	}
+	i := b.index(b.doc.WaitKey)
+	if i < 0 { // the definition changed under the waiter: it starts over
+		return lease.Holder{}, ErrNotWaiting
+	}
+	l := b.levels[i]
+	waiting := &WaitingError{Busy: &lease.BusyError{Resource: req.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}, Token: req.Token}
+	if !look {
+		return lease.Holder{}, waiting
+	}
+	ok, err := b.claim(ctx, l)
+	switch {
+	case err != nil:
+		return lease.Holder{}, err
+	case !ok:
+		return lease.Holder{}, waiting
+	case i == len(levels)-1:
+		return b.doc.holder(), nil
+	}
+	return b.from(ctx, i+1)
+}
+
+// takeGrant books the key handed to the holder (the funnel's level i) and goes on with the
+// funnel. done is false when the holder had no grant of that key (the wake-up was stale).
+func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease.Holder, done bool, err error) {
+	s, l := b.store, b.levels[i]
+	set := bson.D{{Key: "state", Value: string(lease.StatePending)}}
+	if i == len(b.levels)-1 {
+		set[0].Value = string(lease.StateHeld)
+	}
+	err = s.holders.FindOneAndUpdate(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: l.key}},
+		bson.D{{Key: "$set", Value: set}, {Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
+			{Key: "$unset", Value: bson.D{{Key: "grantKey", Value: ""}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return lease.Holder{}, false, nil
+	case err != nil:
+		// Ambiguous; the holder books the key either way (grantKey or levels), and a
+		// Resume that reads the state finds out which.
+		return lease.Holder{}, false, unavailable("taking the slot handed over on "+l.key, err)
+	}
+	if i == len(b.levels)-1 {
+		return b.doc.holder(), true, nil
+	}
+	h, err = b.from(ctx, i+1)
+	return h, true, err
+}
+
+// Withdraw takes a waiting acquisition out of the line for good (its deadline came, its
+// caller left): the holder is deleted whatever its state, and every slot it booked (its
+// narrower levels, a slot handed to it meanwhile) is given back, to the next waiter first.
+// It runs to its end whatever ctx, within the store's operation timeout.
+func (s *Store) Withdraw(ctx context.Context, token string) error {
+	_, _, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: token}})
+	return err
+}
+
+// booked lists the counter keys the holder books: its levels, and a slot handed to it that
+// it has not taken yet.
+func (d holderDoc) booked() []string {
+	if d.GrantKey == "" || slices.Contains(d.Levels, d.GrantKey) {
+		return d.Levels
+	}
+	return append(slices.Clip(d.Levels), d.GrantKey)
+}
+
+// giveBack returns one slot of each key: to the oldest live waiter of that key if there is
+// one (the counter keeps its count; the waiter's holder books the slot as grantKey and its
+// process is woken), else to the counter (decrement). One round trip per slot handed over,
+// one that finds no waiter of the remaining keys, and one decrement of those.
+func (s *Store) giveBack(ctx context.Context, keys []string) error {
+	rest := slices.Clone(keys)
+	var grants []Grant
+	var origins []string
+	for len(rest) > 0 {
+		var d holderDoc
+		err := s.holders.FindOneAndUpdate(ctx,
+			bson.D{
+				{Key: "state", Value: string(lease.StateWaiting)},
+				{Key: "waitKey", Value: bson.D{{Key: "$in", Value: rest}}},
+				{Key: "waitExp", Value: bson.D{{Key: "$gt", Value: time.Now()}}},
+			},
+			bson.D{
+				{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StatePending)}}},
+				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}}},
+				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}}},
+				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
+			},
+			options.FindOneAndUpdate().
+				SetSort(bson.D{{Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}).
+				SetReturnDocument(options.After)).Decode(&d)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			break
+		}
+		if err != nil {
+			s.granted(grants, origins)
+			// The slots of rest stay booked by their counters until healed (Heal).
+			return unavailable(fmt.Sprintf("handing over %v", rest), err)
+		}
+		grants = append(grants, Grant{ID: d.PID, Key: d.GrantKey})
+		origins = append(origins, d.Origin)
+		rest = slices.DeleteFunc(rest, func(k string) bool { return k == d.GrantKey })
+		if err := s.fault(StepHandedOver, d.GrantKey); err != nil {
+			s.granted(grants, origins)
+			return unavailable("handing over "+d.GrantKey, err)
+		}
+	}
+	s.granted(grants, origins)
+	return s.decrement(ctx, rest)
+}
+
+// healSeen is what Heal saw of one counter above its bookings, to confirm it later.
+type healSeen = lowering
+
+// Heal compares one counter with the holders that book it and corrects it at once, without
+// waiting for the scheduled reconcile: a count below its bookings is raised (that is never
+// unsafe); a count above them is lowered only when an earlier Heal of this store saw the
+// same count, updatedAt and bookings at least the confirm delay before (a release between its
+// delete and its decrement, an acquisition between its increment and its push, are done
+// within an operation timeout). Every write is a compare-and-set on what was read. It costs two
+// reads; callers rate-limit it per key (a level that refuses). It returns how many slots it
+// freed.
+func (s *Store) Heal(ctx context.Context, key string) (int, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var c counterDoc
+	err := s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&c)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return 0, nil
+	case err != nil:
+		return 0, unavailable("reading counter "+key, err)
+	}
+	n, err := s.holders.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "levels", Value: key}}, bson.D{{Key: "grantKey", Value: key}},
+	}}})
+	if err != nil {
+		return 0, unavailable("counting the holders of "+key, err)
+	}
+	booked := int(n)
+	if booked == c.Count {
+		s.mu.Lock()
+		delete(s.heals, key)
+		s.mu.Unlock()
+		return 0, nil
+	}
+	s.mu.Lock()
+	var prev *lowering
+	if p, ok := s.heals[key]; ok {
+		prev = &p
+	}
+	s.mu.Unlock()
+	policy := reconcilePolicy{Now: time.Now(), Margin: 0, Confirm: s.cfg.healConfirm}
+	action, obs := decideCounter(counterState{Count: c.Count, UpdatedAt: c.UpdatedAt, Booked: booked}, policy, prev)
+	switch action {
+	case actionConfirm:
+		s.mu.Lock()
+		if s.heals == nil {
+			s.heals = map[string]healSeen{}
+		}
+		if len(s.heals) >= maxHeals {
+			clear(s.heals)
+		}
+		s.heals[key] = obs
+		s.mu.Unlock()
+		return 0, nil
+	case actionLower, actionDelete, actionRaise:
+	default:
+		return 0, nil
+	}
+	s.mu.Lock()
+	delete(s.heals, key)
+	s.mu.Unlock()
+	if action == actionDelete {
+		action = actionLower // keep the counter: waiters are about to use it
+	}
+	done, err := s.correctCounter(ctx, c, booked, action)
+	if err != nil || !done || booked >= c.Count {
+		return 0, err
+	}
+	return c.Count - booked, nil
+}
+
+// maxHeals bounds the counters a store remembers for Heal's confirmation.
+const maxHeals = 1024
+
+// InLine is one waiting holder of a level's line.
+type InLine struct {
+	// ID is the waiting holder's public ID.
+	ID  string
+	Pod lease.PodRef
+	// QueuedAt is the server's time it first waited: its place.
+	QueuedAt time.Time
+	// Lapsed: its process has not renewed it within its WaitTTL; hand-overs pass it over.
+	Lapsed bool
+}
+
+// Line lists the waiters of counter key ("" for every key), oldest first.
+func (s *Store) Line(ctx context.Context, key string) ([]InLine, error) {
+	filter := bson.D{{Key: "state", Value: string(lease.StateWaiting)}}
+	if key != "" {
+		filter = append(filter, bson.E{Key: "waitKey", Value: key})
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cur, err := s.holders.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, unavailable("reading the line of "+key, err)
+	}
+	var docs []holderDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("reading the line of "+key, err)
+	}
+	now := time.Now()
+	out := make([]InLine, len(docs))
+	for i, d := range docs {
+		h := d.holder()
+		out[i] = InLine{ID: h.ID, Pod: h.Pod, QueuedAt: d.QueuedAt, Lapsed: !d.WaitExp.After(now)}
+	}
+	return out, nil
+}

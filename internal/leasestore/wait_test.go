@@ -1,0 +1,317 @@
+package leasestore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+var globalCap1 = []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}}
+
+func userReq(user string, caps []lease.LevelCap) leasestore.AcquireRequest {
+	r := request("gpu", "acme", "p", user, caps)
+	r.Pod = lease.PodRef{Namespace: "ns", Name: "pod-" + user, UID: "uid-" + user}
+	return r
+}
+
+// resume goes on with the waiter of token after a wake-up (granted: the key it was told).
+func resume(t *testing.T, s *leasestore.Store, req leasestore.AcquireRequest, token, granted string, look bool) (lease.Holder, error) {
+	t.Helper()
+	return s.Resume(context.Background(), withToken(req, token), granted, look)
+}
+
+func isWaiting(err error) bool {
+	var w *leasestore.WaitingError
+	return errors.As(err, &w)
+}
+
+// TestLineServesOldestFirst: a release hands its slot to the oldest waiter of the level
+// (the count stays at the cap), a newcomer meanwhile finds the level full and queues behind
+// the line, and a waiter that lapsed (no renewal within its WaitTTL) is passed over.
+func TestLineServesOldestFirst(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	a := mustAcquire(t, s, userReq("ann", globalCap1))
+	lapsed := userReq("old", globalCap1)
+	lapsed.WaitTTL = time.Millisecond // lapses at once: as if its process had died
+	_, err := s.Acquire(ctx, lapsed)
+	if !isWaiting(err) {
+		t.Fatalf("lapsing waiter: %v", err)
+	}
+	w1 := queueWaiter(t, s, userReq("bob", globalCap1))
+	w2 := queueWaiter(t, s, userReq("cid", globalCap1))
+	if _, err := s.Acquire(ctx, userReq("dan", globalCap1)); !errors.Is(err, lease.ErrBusy) || isWaiting(err) {
+		t.Fatalf("a newcomer that may not wait: %v, want busy", err)
+	}
+	if _, err := s.Release(ctx, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	if c := counts(t, s)[k]; c != [2]int{1, 1} { // bob books the slot handed to him
+		t.Fatalf("after the release: count/booked %v, want the slot kept and handed over", c)
+	}
+	if _, err := resume(t, s, userReq("cid", globalCap1), w2, "", true); !isWaiting(err) {
+		t.Fatalf("cid, second in line, looked and got %v; want it still waiting", err)
+	}
+	h, err := resume(t, s, userReq("bob", globalCap1), w1, k, false)
+	if err != nil || h.State != lease.StateHeld {
+		t.Fatalf("bob taking the slot handed to him: %+v, %v", h, err)
+	}
+	if _, err := s.Release(ctx, w1); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := resume(t, s, userReq("cid", globalCap1), w2, k, false); err != nil || h.State != lease.StateHeld {
+		t.Fatalf("cid next: %+v, %v", h, err)
+	}
+	assertNoDrift(t, s)
+}
+
+// TestWaiterKeepsNarrowLevelsAndPassesThemOn: a waiter blocked at the global level keeps the
+// user slot it booked; when it withdraws, that slot goes to the waiter of the user level.
+func TestWaiterKeepsNarrowLevelsAndPassesThemOn(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	caps := []lease.LevelCap{{Level: lease.LevelUser, Cap: 1}, {Level: lease.LevelGlobal, Cap: 1}}
+	ku := key("gpu", lease.LevelUser, "acme", "p", "bob")
+	mustAcquire(t, s, userReq("ann", caps))
+	w1 := queueWaiter(t, s, userReq("bob", caps)) // books bob's user slot, waits at global
+	w2 := queueWaiter(t, s, userReq("bob", caps)) // waits at bob's user level
+	if c := counts(t, s)[ku]; c != [2]int{1, 1} {
+		t.Fatalf("bob's user level: %v, want the first waiter booking it", c)
+	}
+	if err := s.Withdraw(ctx, w1); err != nil {
+		t.Fatal(err)
+	}
+	// The user slot went to w2, which now books it and goes on to wait at global.
+	if _, err := resume(t, s, userReq("bob", caps), w2, ku, false); !isWaiting(err) {
+		t.Fatalf("w2 after the hand-over: %v, want waiting at the global level", err)
+	}
+	var busy *lease.BusyError
+	_, err := resume(t, s, userReq("bob", caps), w2, "", false)
+	if !errors.As(err, &busy) || busy.Level != lease.LevelGlobal {
+		t.Fatalf("w2 waits at %v, want global", err)
+	}
+	assertNoDrift(t, s)
+}
+
+// TestQueueingTakesASlotFreedJustBefore: a slot freed between a waiter's failed increment and
+// its entering the line went to no waiter; the waiter's second try right after queueing
+// takes it (here the slot is given back at the fault step right after the state write).
+func TestQueueingTakesASlotFreedJustBefore(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	clean := newStoreAt(t, uri, db)
+	var holder string
+	faulty := newStoreAt(t, uri, db, leasestore.WithFault(func(step leasestore.Step, _ string) error {
+		if step == leasestore.StepQueued && holder != "" {
+			// The release of another process, whose hand-over ran before this waiter queued:
+			// its counter was decremented.
+			coll := rawCounters(t, uri, db)
+			if _, err := coll.UpdateOne(context.Background(), bson.D{{Key: "_id", Value: key("gpu", lease.LevelGlobal, "acme", "p", "ann")}},
+				bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}}); err != nil {
+				t.Error(err)
+			}
+			if _, err := rawHolders(t, uri, db).DeleteOne(context.Background(), bson.D{{Key: "_id", Value: holder}}); err != nil {
+				t.Error(err)
+			}
+			holder = ""
+		}
+		return nil
+	}))
+	holder = mustAcquire(t, clean, userReq("ann", globalCap1)).Token
+	req := userReq("bob", globalCap1)
+	req.WaitTTL = time.Minute
+	h, err := faulty.Acquire(ctxT(t), req)
+	if err != nil || h.State != lease.StateHeld {
+		t.Fatalf("the waiter's second try: %+v, %v; want the slot freed before it queued", h, err)
+	}
+	assertNoDrift(t, clean)
+}
+
+func rawCounters(t *testing.T, uri, db string) *mongo.Collection {
+	return rawClient(t, uri).Database(db).Collection(leasestore.CountersCollection)
+}
+
+func rawHolders(t *testing.T, uri, db string) *mongo.Collection {
+	return rawClient(t, uri).Database(db).Collection(leasestore.HoldersCollection)
+}
+
+func rawClient(t *testing.T, uri string) *mongo.Client {
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c
+}
+
+// TestEveryCrashWindowHealsWithinATTL: for every step of an acquisition, a wait, a claim, a
+// hand-over and a release, a process that dies there (the fault hook stops the operation
+// dead, and the process issues nothing more) leaves the level serving its full cap again
+// within one TTL and a margin, through what waiters do anyway (the lazy sweep of idle
+// holders and Heal), without reconcile; and never above the cap.
+func TestEveryCrashWindowHealsWithinATTL(t *testing.T) {
+	const ttl = 2 * time.Second
+	steps := []leasestore.Step{
+		leasestore.StepHolderCreated, leasestore.StepCounterIncremented, leasestore.StepLevelPushed,
+		leasestore.StepQueued, leasestore.StepClaimIncremented, leasestore.StepHandedOver, leasestore.StepHolderDeleted,
+	}
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 2}}
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	for _, step := range steps {
+		t.Run(string(step), func(t *testing.T) {
+			uri, err := mongotest.URI()
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := mongotest.DatabaseName(t)
+			healer := newStoreAt(t, uri, db, leasestore.WithHealConfirm(300*time.Millisecond))
+			crashed := false
+			faulty := newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, _ string) error {
+				if st == step && !crashed {
+					crashed = true
+					return leasestore.ErrCrash
+				}
+				return nil
+			}))
+			ctx := ctxT(t)
+			req := func(user string) leasestore.AcquireRequest {
+				r := userReq(user, caps)
+				r.TTL = ttl
+				return r
+			}
+			waiter := func(user string) leasestore.AcquireRequest {
+				r := req(user)
+				r.WaitTTL = 500 * time.Millisecond // its process renews it, until it dies
+				return r
+			}
+			ann := mustAcquire(t, healer, req("ann"))
+			var bob, cid string
+			scenario := []func(){
+				func() { h, _ := faulty.Acquire(ctx, req("bob")); bob = h.Token },
+				func() { cid = tokenOf(faulty.Acquire(ctx, waiter("cid"))) },
+				func() { _, _ = faulty.Acquire(ctx, waiter("dan")) },
+				func() { // another process's release that found no waiter: room nobody is handed
+					if _, err := rawHolders(t, uri, db).DeleteOne(ctx, bson.D{{Key: "_id", Value: ann.Token}}); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := rawCounters(t, uri, db).UpdateOne(ctx, bson.D{{Key: "_id", Value: k}},
+						bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				func() { _, _ = faulty.Resume(ctx, withWait(waiter("cid"), cid), "", true) }, // cid claims
+				func() { _, _ = faulty.Release(ctx, bob) },                                   // to dan
+			}
+			for _, op := range scenario {
+				if crashed {
+					break
+				}
+				op()
+			}
+			if !crashed {
+				t.Fatalf("the scenario never reached %s", step)
+			}
+			// The surviving process lets go of its holder: what remains booked is the dead
+			// process's alone.
+			if _, err := healer.Release(ctx, ann.Token); err != nil {
+				t.Fatal(err)
+			}
+			recover := func(user string) leasestore.AcquireRequest {
+				r := userReq(user, caps)
+				r.TTL = time.Hour
+				return r
+			}
+			// Recovery: two acquisitions must get in (the cap) and a third be refused, within
+			// the TTL and a margin, with only what waiters trigger: sweep and heal.
+			start := time.Now()
+			got := 0
+			for time.Since(start) < ttl+2*time.Second && got < 2 {
+				if _, err := healer.Acquire(ctx, recover("new")); err == nil {
+					got++
+					continue
+				}
+				if _, err := healer.SweepIdle(ctx, "gpu"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := healer.Heal(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond) // real time: the TTL and the heal's confirmation run on it
+			}
+			if got < 2 {
+				t.Fatalf("after a crash at %s the level served %d of 2 within %v; counters %v", step, got, ttl+2*time.Second, counts(t, healer))
+			}
+			if _, err := healer.Acquire(ctx, recover("more")); !errors.Is(err, lease.ErrBusy) {
+				t.Fatalf("a third acquisition: %v, want busy (cap 2); counters %v", err, counts(t, healer))
+			}
+			t.Logf("crash at %s: full cap served again after %v", step, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+func tokenOf(_ lease.Holder, err error) string {
+	var w *leasestore.WaitingError
+	if errors.As(err, &w) {
+		return w.Token
+	}
+	return ""
+}
+
+func withWait(req leasestore.AcquireRequest, token string) leasestore.AcquireRequest {
+	req.Token = token
+	return req
+}
+
+// TestHealRaisesAtOnceAndLowersOnlyWhenConfirmed: a counter below its bookings is raised at
+// the first look; one above them is lowered only when a second look, a confirmation delay
+// later, sees the same counter unchanged.
+func TestHealRaisesAtOnceAndLowersOnlyWhenConfirmed(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	s := newStoreAt(t, uri, db, leasestore.WithHealConfirm(200*time.Millisecond))
+	ctx := ctxT(t)
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 3}}
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	mustAcquire(t, s, userReq("ann", caps))
+	mustAcquire(t, s, userReq("bob", caps))
+	set := func(n int) {
+		if _, err := rawCounters(t, uri, db).UpdateOne(ctx, bson.D{{Key: "_id", Value: k}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "count", Value: n}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(1)
+	if _, err := s.Heal(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if c := counts(t, s)[k]; c != [2]int{2, 2} {
+		t.Fatalf("after healing a low counter: %v, want raised to 2", c)
+	}
+	set(3)
+	if n, err := s.Heal(ctx, k); err != nil || n != 0 {
+		t.Fatalf("first sighting of an excess freed %d (%v), want 0", n, err)
+	}
+	if c := counts(t, s)[k]; c[0] != 3 {
+		t.Fatalf("lowered at the first sighting: %v", c)
+	}
+	time.Sleep(250 * time.Millisecond) // real time: past the confirmation delay
+	if n, err := s.Heal(ctx, k); err != nil || n != 1 {
+		t.Fatalf("confirmed excess: freed %d (%v), want 1", n, err)
+	}
+	assertNoDrift(t, s)
+}

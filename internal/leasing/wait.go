@@ -1,0 +1,325 @@
+package leasing
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/waitq"
+)
+
+// An acquisition's waiting path, top to bottom (docs/waiting.md).
+//
+//  1. It registers in this process's wait queue under the public ID of the holder it is about
+//     to write, then makes its attempt. A level that is full puts the holder in that level's
+//     line in the store (WAITING), where the order of every process's waiters is kept.
+//  2. It waits for one of: a slot handed to it (a release, here or in another process, gave
+//     the slot to the oldest live waiter, and that is this one), its safety timer, a
+//     definition change, its deadline or its caller leaving.
+//  3. Handed a slot: it books it and goes on with the funnel (usually one write). Its timer:
+//     it renews its place and tries the level once (room nobody was handed), and asks for the
+//     level to be swept and healed. A changed definition: it leaves and starts over.
+//  4. Deadline or caller gone: it leaves the line; whatever it booked, or was handed
+//     meanwhile, goes to the next waiter.
+//
+// Store calls after the first attempt run on their own goroutine under the store's timeout:
+// the wait is bounded by the deadline, the command is not cut (a cut command costs its
+// connection, and a write it may still apply). A call the deadline overtakes is left to end,
+// and the holder is then withdrawn.
+
+// deadlineMargin is how long after its deadline an acquisition may still wait for a store
+// call in flight: the answer comes at most this late.
+const deadlineMargin = 100 * time.Millisecond
+
+// acquire runs the funnel with waiting until deadline. The answer is the holder, a
+// *lease.BusyError (the level found full; with Err when the caller left), a store error, or
+// *definitionChanged when current reports a new definition.
+func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc) (lease.Holder, error) {
+	for {
+		h, err := s.acquireOnce(ctx, req, deadline, current)
+		if errors.Is(err, errStartOver) && deadline.After(s.clk.Now()) && ctx.Err() == nil {
+			continue
+		}
+		if errors.Is(err, errStartOver) {
+			return lease.Holder{}, errors.Unwrap(err) // the last busy diagnosis
+		}
+		return h, err
+	}
+}
+
+// errStartOver ends one round of acquire whose waiting holder was removed from under it
+// (reaped as idle after a long stall, say): the acquisition starts over. It wraps the last
+// busy diagnosis.
+type startOver struct{ busy *lease.BusyError }
+
+var errStartOver = errors.New("the waiting holder is gone")
+
+func (e *startOver) Error() string        { return errStartOver.Error() }
+func (e *startOver) Unwrap() error        { return e.busy }
+func (e *startOver) Is(target error) bool { return target == errStartOver }
+
+// acquireOnce is one holder's acquisition: its attempt and, if it queued, its wait.
+func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc) (lease.Holder, error) {
+	op := "acquiring " + req.Resource
+	token, err := leasestore.NewToken()
+	if err != nil {
+		return lease.Holder{}, err
+	}
+	req.Token = token
+	safety := s.safetyFor(req.TTL)
+	// A wait too short to take a slot handed over (the hand-over, the wake-up and the take
+	// are a few store round trips) does not join the line: there it would only hold slots
+	// that it has to pass on again as it leaves. It tries again once, from room.
+	canWait := deadline.Sub(s.clk.Now()) >= minLineWait
+	// A waiter renews its place at every safety look; three missed ones and it is passed
+	// over. Its place never outlives its deadline: a slot is not handed to a caller that has
+	// its answer already.
+	waitTTL := func() time.Duration { return max(min(3*safety, deadline.Sub(s.clk.Now())), time.Millisecond) }
+	if canWait {
+		req.WaitTTL = waitTTL()
+	}
+	w := s.queue.Register(lease.HolderID(token))
+	defer w.Done()
+
+	// The first attempt is bounded by ctx and the store's own timeout, not by the wait: an
+	// acquisition that may not wait still gets its one attempt.
+	h, err := s.store.Acquire(ctx, req)
+	var waiting *leasestore.WaitingError
+	if err == nil || errors.As(err, &waiting) || errors.Is(err, lease.ErrBusy) {
+		s.answered()
+	}
+	switch {
+	case err == nil:
+		return h, nil
+	case !errors.As(err, &waiting):
+		busy, err := s.outcome(op, err)
+		if err != nil || busy == nil {
+			return h, err
+		}
+		// Not in line: a lazy sweep may free the slot at once; a short wait tries once more
+		// at three quarters of it.
+		retry := s.sweep(ctx, req.Resource) > 0
+		if !retry {
+			if d := deadline.Sub(s.clk.Now()) * 3 / 4; d > 0 {
+				if woke, _ := w.Wait(ctx, s.clk, d, deadline); woke == waitq.Cancelled {
+					busy.Err = ctx.Err()
+					return lease.Holder{}, busy
+				}
+				retry = true
+			}
+		}
+		if retry {
+			req.Token = ""
+			h, err = s.store.Acquire(ctx, req)
+			if busy, err = s.outcome(op, err); err != nil || busy == nil {
+				return h, err
+			}
+			// Still full: the answer comes at the deadline, as for a waiter in line.
+			if woke, _ := w.Wait(ctx, s.clk, deadline.Sub(s.clk.Now())+time.Second, deadline); woke == waitq.Cancelled {
+				busy.Err = ctx.Err()
+			}
+		}
+		return lease.Holder{}, busy
+	}
+	busy := busyOf(waiting.Busy)
+	s.tend(req, busy)
+
+	looked := false
+	for {
+		d := waitq.SafetyDelay(safety, s.cfg.random())
+		if remaining := deadline.Sub(s.clk.Now()); d > remaining*3/4 {
+			// A look keeps a quarter of the wait for itself. A wait shorter than the safety
+			// period still looks once, at three quarters of it: a store that went away
+			// meanwhile then answers unavailable, not busy.
+			if looked {
+				d = remaining + time.Second // no further look: the deadline comes first
+			} else {
+				d = remaining * 3 / 4
+			}
+		}
+		// Never later than the next idle expiry the last sweep of the resource saw: the look
+		// then sweeps the idle holder and its slot is handed on (docs/waiting.md).
+		if at, ok := s.sweeps.nextExpiry(req.Resource); ok {
+			if e := at.Add(expiryMargin).Sub(s.clk.Now()); e < d {
+				d = max(e, minExpiryLook)
+			}
+		}
+		woke, key := w.Wait(ctx, s.clk, d, deadline)
+		switch woke {
+		case waitq.Deadline:
+			s.withdraw(ctx, token)
+			return lease.Holder{}, busy
+		case waitq.Cancelled:
+			s.withdraw(ctx, token)
+			busy.Err = ctx.Err()
+			return lease.Holder{}, busy
+		case waitq.Look:
+			if err := s.recheck(ctx, current, deadline, busy); err != nil {
+				s.withdraw(ctx, token)
+				return lease.Holder{}, err
+			}
+		}
+		look := woke != waitq.Granted
+		if look {
+			s.tend(req, busy)
+		}
+		looked = true
+		asked := s.clk.Now()
+		req.WaitTTL = waitTTL()
+		h, err, done := s.call(ctx, deadline, token, func(cctx context.Context) (lease.Holder, error) {
+			return s.store.Resume(cctx, req, key, look)
+		})
+		if !done {
+			// Cut by the deadline or the caller: busy with the last diagnosis, unless the
+			// store has answered nothing in this process since the look was asked (then it
+			// is the outage; docs/waiting.md, "Outages").
+			if ctx.Err() != nil {
+				busy.Err = ctx.Err()
+				return lease.Holder{}, busy
+			}
+			if !s.answeredSince(asked) {
+				return lease.Holder{}, storeError(op, "lease", errors.New("the store did not answer during the wait"))
+			}
+			return lease.Holder{}, busy
+		}
+		switch {
+		case err == nil:
+			return h, nil
+		case errors.As(err, &waiting):
+			busy = busyOf(waiting.Busy)
+		case errors.Is(err, leasestore.ErrNotWaiting):
+			return lease.Holder{}, &startOver{busy: busy}
+		default:
+			s.withdraw(ctx, token)
+			_, err := s.outcome(op, err)
+			return lease.Holder{}, err
+		}
+	}
+}
+
+// call runs f on its own goroutine under the store's timeout (not ctx) and waits for it until
+// deadline plus deadlineMargin, or ctx's end. done is false when it stopped waiting first:
+// f goes on, and the holder of token is withdrawn when it ends, so that nothing it booked
+// is kept for a caller that has its answer.
+func (s *Service) call(ctx context.Context, deadline time.Time, token string, f func(context.Context) (lease.Holder, error)) (lease.Holder, error, bool) {
+	type result struct {
+		h   lease.Holder
+		err error
+	}
+	var (
+		mu        sync.Mutex
+		abandoned bool
+	)
+	res := make(chan result, 1)
+	cctx := context.WithoutCancel(ctx)
+	s.background.Go(func() {
+		h, err := f(cctx)
+		var w *leasestore.WaitingError
+		if err == nil || errors.As(err, &w) || errors.Is(err, leasestore.ErrNotWaiting) {
+			s.answered()
+		}
+		mu.Lock()
+		gone := abandoned
+		if !gone {
+			res <- result{h, err}
+		}
+		mu.Unlock()
+		if gone {
+			_ = s.store.Withdraw(cctx, token)
+		}
+	})
+	t := s.clk.NewTimer(max(deadline.Add(deadlineMargin).Sub(s.clk.Now()), 0))
+	defer t.Stop()
+	select {
+	case r := <-res:
+		return r.h, r.err, true
+	case <-t.C():
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-res: // it came just now
+		return r.h, r.err, true
+	default:
+	}
+	abandoned = true
+	return lease.Holder{}, nil, false
+}
+
+// answered records that the store answered a call of this process just now.
+func (s *Service) answered() { s.lastAnswer.Store(s.clk.Now().UnixNano()) }
+
+// answeredSince reports whether the store answered a call of this process at or after t.
+func (s *Service) answeredSince(t time.Time) bool { return s.lastAnswer.Load() >= t.UnixNano() }
+
+// withdraw takes the waiting holder out of the line on its own goroutine (the answer does
+// not wait for it): what it booked goes to the next waiter.
+func (s *Service) withdraw(ctx context.Context, token string) {
+	cctx := context.WithoutCancel(ctx)
+	s.background.Go(func() { _ = s.store.Withdraw(cctx, token) })
+}
+
+// tend asks, at most once per sweep interval each, for the lazy idle sweep of the resource
+// and for the healing of the full level's counter, on their own goroutines: a holder gone
+// idle, or a slot left booked by a crash, comes back to the line without an operator (the
+// store hands it to the oldest waiter).
+func (s *Service) tend(req leasestore.AcquireRequest, busy *lease.BusyError) {
+	ctx := context.Background()
+	if s.sweeps.allow(req.Resource, s.clk.Now(), s.cfg.sweepInterval) {
+		s.background.Go(func() { s.sweepNow(ctx, req.Resource) })
+	}
+	key := busyKey(busy)
+	if s.heals.allow(key, s.clk.Now(), s.cfg.sweepInterval) {
+		s.background.Go(func() { _, _ = s.store.Heal(ctx, key) })
+	}
+}
+
+// recheck resolves the definition again, bounded by the deadline: nil while it is unchanged,
+// a *definitionChanged when it changed, the resolver's error when it no longer resolves (fail
+// closed). A resolution cut short by the deadline or the caller answers busy with the last
+// diagnosis.
+func (s *Service) recheck(ctx context.Context, current currentFunc, deadline time.Time, last *lease.BusyError) error {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	d, err := current(rctx)
+	switch {
+	case err != nil && rctx.Err() != nil:
+		b := *last
+		b.Err = ctx.Err()
+		return &b
+	case err != nil:
+		return err
+	case d != nil:
+		return &definitionChanged{next: *d}
+	}
+	return nil
+}
+
+// safetyFor is the safety period of a waiter on a lease with ttl: the configured one, but at
+// most a third of the TTL, so that a live waiter's renewals keep it from being reaped as idle.
+func (s *Service) safetyFor(ttl time.Duration) time.Duration {
+	if ttl > 0 && s.cfg.safety > ttl/3 {
+		return max(ttl/3, minSafety)
+	}
+	return s.cfg.safety
+}
+
+const (
+	// minLineWait is the shortest wait that joins a full level's line.
+	minLineWait = 500 * time.Millisecond
+	// minSafety bounds a waiter's safety period from below.
+	minSafety = 50 * time.Millisecond
+	// expiryMargin is how long after a holder's idle expiry, as the last sweep computed it,
+	// a waiter looks: the store's clock decides, and the local one may run a little ahead.
+	expiryMargin = 25 * time.Millisecond
+	// minExpiryLook bounds the pause before an expiry look from below, so that a look that
+	// came too early does not turn into a loop of reads.
+	minExpiryLook = 10 * time.Millisecond
+)
+
+// busyKey is the counter key of the level a busy diagnosis names.
+func busyKey(b *lease.BusyError) string { return lease.CounterKey(b.Resource, b.Level, b.Scope) }
