@@ -53,6 +53,8 @@ type Client struct {
 	cache    map[ResolveRequest]definition.Definition
 	epoch    uint64 // bumped whenever the cache is emptied
 	live     bool   // the last watch was answered: the cache may be used
+	lostAt   time.Time
+	stale    time.Duration // how long the cache serves after the watch went down
 	reached  bool   // some watch was answered: Tenancy knows the tenant
 	version  string
 	watch    WatchAnswer
@@ -94,6 +96,15 @@ func WithRetry(d time.Duration) ClientOption { return func(cl *Client) { cl.retr
 // gives up on a watch 10 s after it.
 func WithWatchHold(d time.Duration) ClientOption { return func(cl *Client) { cl.hold = d } }
 
+// DefaultStale is how long an agent keeps resolving from its cache once it lost the manager's
+// watch: long enough for a manager to restart, so that its restart costs the agents'
+// callers nothing (issue 24); a definition changed meanwhile takes effect when the watch is
+// answered again.
+const DefaultStale = time.Minute
+
+// WithStale sets how long the cache serves once the watch is down (0: not at all).
+func WithStale(d time.Duration) ClientOption { return func(cl *Client) { cl.stale = d } }
+
 // WithCacheSize bounds the cache (default DefaultCacheSize).
 func WithCacheSize(n int) ClientOption { return func(cl *Client) { cl.cacheSize = n } }
 
@@ -106,7 +117,7 @@ func NewClient(managerURL, namespace, key string, opts ...ClientOption) *Client 
 	c := &Client{
 		url: strings.TrimRight(managerURL, "/"), key: key, namespace: namespace,
 		http: &http.Client{}, clock: clock.RealClock{}, timeout: DefaultTimeout, retry: DefaultRetry,
-		hold: DefaultHold, cacheSize: DefaultCacheSize, log: logr.Discard(),
+		hold: DefaultHold, cacheSize: DefaultCacheSize, log: logr.Discard(), stale: DefaultStale,
 		cache: map[ResolveRequest]definition.Definition{},
 	}
 	for _, o := range opts {
@@ -126,7 +137,10 @@ func (c *Client) Resolve(ctx context.Context, tenant, project, name string) (def
 	req := ResolveRequest{Tenant: tenant, Project: project, Name: name}
 	c.mu.Lock()
 	d, hit := c.cache[req]
-	hit = hit && c.live
+	// While the watch is down (a manager restart), what is cached stays good for a while:
+	// a change made meanwhile is seen when the watch is answered again (a new version
+	// empties the cache), and a manager that stays away longer fails closed.
+	hit = hit && (c.live || c.stale > 0 && c.clock.Since(c.lostAt) < c.stale)
 	epoch := c.epoch
 	c.mu.Unlock()
 	if hit {
@@ -222,13 +236,16 @@ func (c *Client) Start(ctx context.Context) error {
 	return nil
 }
 
-// lost empties the cache: nothing would tell it of a change now.
+// lost marks the watch down: nothing would tell the cache of a change now. The cache is kept
+// for DefaultStale (Resolve), no answer got meanwhile is added to it.
 func (c *Client) lost() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.live {
+		c.lostAt = c.clock.Now()
+	}
 	c.live = false
 	c.epoch++
-	clear(c.cache)
 }
 
 // apply takes a watch answer: a new version empties the cache and runs the hooks.

@@ -349,15 +349,19 @@ func TestClientCachesWhileWatchingAndFollowsChanges(t *testing.T) {
 func TestClientFailsClosed(t *testing.T) {
 	res := &fakeResolver{defs: map[string]definition.Definition{"tex": texDef}}
 	srv := serve(t, res, NewVersions(), WithHold(time.Hour))
-	c := client(t, srv.URL, WithWatchHold(time.Hour))
+	c := client(t, srv.URL, WithWatchHold(time.Hour), WithStale(time.Second))
 	run(t, c)
 	waitfor.Until(t, "ready", c.Ready)
 	if _, err := c.Resolve(t.Context(), "acme", "web", "tex"); err != nil {
 		t.Fatal(err)
 	}
 
-	// The manager goes away: the cached definition is not served any more.
+	// The manager goes away (a restart, say): the cached definition is still served within
+	// the stale window, so that the agent's callers do not notice; after it, no more.
 	_ = srv.Config.Close() // the listener and every connection at once, the watch's too
+	if _, err := c.Resolve(t.Context(), "acme", "web", "tex"); err != nil {
+		t.Errorf("within the stale window: %v, want the cached definition", err)
+	}
 	waitfor.Until(t, "the cache dropped", func() bool {
 		_, err := c.Resolve(t.Context(), "acme", "web", "tex")
 		return err != nil

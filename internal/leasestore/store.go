@@ -72,7 +72,7 @@ type config struct {
 	safetyMargin time.Duration
 	// confirm < 0 means the default: twice the operation timeout.
 	confirm time.Duration
-	// healConfirm < 0 means the default: the operation timeout plus a second.
+	// healConfirm < 0 means the default: the operation timeout.
 	healConfirm  time.Duration
 	fault        FaultFunc
 	observe      func(command string)
@@ -97,7 +97,8 @@ func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safet
 func WithReconcileConfirm(d time.Duration) Option { return func(c *config) { c.confirm = d } }
 
 // WithHealConfirm sets how long Heal waits between two sightings of the same excess before
-// it lowers a counter (default: the operation timeout plus a second).
+// it lowers a counter (default: the operation timeout, within which every acquisition and
+// release in flight at the first sighting has ended).
 func WithHealConfirm(d time.Duration) Option { return func(c *config) { c.healConfirm = d } }
 
 // WithFault installs a fault hook (tests only).
@@ -148,7 +149,7 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		o(&cfg)
 	}
 	if cfg.healConfirm < 0 {
-		cfg.healConfirm = cfg.opTimeout + time.Second
+		cfg.healConfirm = cfg.opTimeout
 	}
 	if cfg.confirm < 0 {
 		cfg.confirm = 2 * cfg.opTimeout

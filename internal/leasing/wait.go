@@ -100,7 +100,11 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			return h, err
 		}
 		// Not in line: a lazy sweep may free the slot at once; a short wait tries once more
-		// at three quarters of it.
+		// at three quarters of it. The refusal asks for the level to be healed as well.
+		if s.heals.allow(busyKey(busy), s.clk.Now(), s.cfg.sweepInterval) {
+			key := busyKey(busy)
+			s.background.Go(func() { _, _ = s.store.Heal(context.Background(), key) })
+		}
 		retry := s.sweep(ctx, req.Resource) > 0
 		if !retry {
 			if d := deadline.Sub(s.clk.Now()) * 3 / 4; d > 0 {

@@ -340,8 +340,11 @@ func startCluster(ctx context.Context, t testing.TB, assets string) *cluster {
 		pod := pods[i]
 		a := &proc{
 			name: fmt.Sprintf("agent-%d", i+1), bin: managerBin, logPath: filepath.Join(workDir, fmt.Sprintf("agent-%d.log", i+1)),
-			args: []string{"agent", "--api-bind-address", api, "--internal-bind-address", local(ip, internalPort)},
-			env: childEnv("KUBECONFIG="+kubeconfigPath,
+			// As the webhook injects it: no kubeconfig (it asks the manager for its tenant and
+			// definitions), and its connections to the manager leave from the pod's address.
+			args: []string{"agent", "--api-bind-address", api, "--internal-bind-address", local(ip, internalPort),
+				"--manager-source-ip", ip},
+			env: childEnv(
 				"MONGODB_URI="+c.storeURI, "MONGODB_DATABASE="+database,
 				"POD_NAMESPACE="+pod.Namespace, "POD_NAME="+pod.Name, "POD_UID="+string(pod.UID),
 				"LEASE_MANAGER_URL=http://"+managerAPI, "LEASE_INTERNAL_SECRET="+internalSecret,
