@@ -55,7 +55,7 @@ type Client struct {
 	live     bool   // the last watch was answered: the cache may be used
 	lostAt   time.Time
 	stale    time.Duration // how long the cache serves after the watch went down
-	reached  bool   // some watch was answered: Tenancy knows the tenant
+	reached  bool          // some watch was answered: Tenancy knows the tenant
 	version  string
 	watch    WatchAnswer
 	onChange []func()
