@@ -66,12 +66,6 @@ func (t *tokenLabels) forget(token string) {
 	}
 }
 
-func (t *tokenLabels) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.order.Len()
-}
-
 // labelSet bounds the distinct resource label values: a client can name arbitrary leases,
 // and each label value is a time series. Only a resource that this process booked a holder
 // on gets a value of its own (book); before that, and beyond the bound, it is LabelOther.

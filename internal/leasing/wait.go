@@ -173,7 +173,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		looked = true
 		asked := s.clk.Now()
 		req.WaitTTL = waitTTL()
-		h, err, done := s.call(ctx, deadline, token, func(cctx context.Context) (lease.Holder, error) {
+		h, done, err := s.call(ctx, deadline, token, func(cctx context.Context) (lease.Holder, error) {
 			return s.store.Resume(cctx, req, key, look)
 		})
 		if !done {
@@ -208,7 +208,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 // deadline plus deadlineMargin, or ctx's end. done is false when it stopped waiting first:
 // f goes on, and the holder of token is withdrawn when it ends, so that nothing it booked
 // is kept for a caller that has its answer.
-func (s *Service) call(ctx context.Context, deadline time.Time, token string, f func(context.Context) (lease.Holder, error)) (lease.Holder, error, bool) {
+func (s *Service) call(ctx context.Context, deadline time.Time, token string, f func(context.Context) (lease.Holder, error)) (h lease.Holder, done bool, err error) {
 	type result struct {
 		h   lease.Holder
 		err error
@@ -239,7 +239,7 @@ func (s *Service) call(ctx context.Context, deadline time.Time, token string, f 
 	defer t.Stop()
 	select {
 	case r := <-res:
-		return r.h, r.err, true
+		return r.h, true, r.err
 	case <-t.C():
 	case <-ctx.Done():
 	}
@@ -247,11 +247,11 @@ func (s *Service) call(ctx context.Context, deadline time.Time, token string, f 
 	defer mu.Unlock()
 	select {
 	case r := <-res: // it came just now
-		return r.h, r.err, true
+		return r.h, true, r.err
 	default:
 	}
 	abandoned = true
-	return lease.Holder{}, nil, false
+	return lease.Holder{}, false, nil
 }
 
 // answered records that the store answered a call of this process just now.

@@ -116,15 +116,15 @@ func (w *Waiter) signal(key string) {
 type Wake int
 
 const (
-	// Granted: a slot was handed to the waiter (Wait's key names its counter).
+	// Granted means a slot was handed to the waiter (Wait's key names its counter).
 	Granted Wake = iota
-	// Look: the waiter should look at the store (WakeAll).
+	// Look means the waiter should look at the store (WakeAll).
 	Look
-	// Timer: the safety timer fired.
+	// Timer means the safety timer fired.
 	Timer
-	// Deadline: the wait's deadline came.
+	// Deadline means the wait's deadline came.
 	Deadline
-	// Cancelled: the caller's context ended.
+	// Cancelled means the caller's context ended.
 	Cancelled
 )
 

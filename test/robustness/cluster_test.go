@@ -152,13 +152,6 @@ func (p *proc) kill(sig syscall.Signal) error {
 	}
 }
 
-// pid is the process id of the running process.
-func (p *proc) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd.Process.Pid
-}
-
 // cluster is the deployed shape: the store, the manager and two agents.
 type cluster struct {
 	t       testing.TB

@@ -242,10 +242,10 @@ func ModelOperations(entries []Entry) []porcupine.Operation {
 			}
 			out = ModelOutput{Kind: OutGranted, Token: a.Token}
 		case OpCheck:
-			switch {
-			case a.Status == 200:
+			switch a.Status {
+			case 200:
 				out = ModelOutput{Kind: OutOK}
-			case a.Status == 410:
+			case 410:
 				out = ModelOutput{Kind: OutLost}
 			default:
 				continue
