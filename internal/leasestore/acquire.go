@@ -334,26 +334,6 @@ func (s *Store) abandon(ctx context.Context, token string, pending []string, amb
 	return cause
 }
 
-// decrement returns one slot of each counter in a single round trip. A counter never goes
-// below zero.
-func (s *Store) decrement(ctx context.Context, keys []string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	filter := bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}},
-		{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
-	}
-	update := bson.D{
-		{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-	}
-	if _, err := s.counters.UpdateMany(ctx, filter, update); err != nil {
-		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
-	}
-	return nil
-}
-
 func union(a, b []string) []string {
 	seen := make(map[string]bool, len(a)+len(b))
 	out := make([]string, 0, len(a)+len(b))

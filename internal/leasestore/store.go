@@ -139,6 +139,8 @@ type Store struct {
 	mu       sync.Mutex
 	lowering map[string]lowering
 	heals    map[string]healSeen
+	// lined: when this store last saw a counter key with waiters (giveBack's hint).
+	lined map[string]time.Time
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
@@ -300,6 +302,8 @@ type counterDoc struct {
 	Tenant    string    `bson:"tenant"`
 	Count     int       `bson:"count"`
 	UpdatedAt time.Time `bson:"updatedAt"`
+	// Lined: waiters line up at this counter (wait.go); a hint, not a record.
+	Lined bool `bson:"lined,omitempty"`
 }
 
 // podDoc is the pod of a holder document.

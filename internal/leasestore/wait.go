@@ -87,12 +87,28 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 	return true, nil
 }
 
-// claim takes a free slot of l for a holder waiting at it: the conditional increment, then
+// claim takes a free slot of l for a holder waiting at it: the level is marked lined and
+// read, and only with room comes the conditional increment, then
 // the holder leaves the line with the key booked (HELD if l is its last level). A holder
 // that left the line meanwhile (a slot was handed to it, or it was reaped) gives the slot
 // it just took back.
 func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
 	s, token := b.store, b.doc.ID
+	// Mark the level lined (giveBack then hands its slots over) and see whether it has room.
+	var c counterDoc
+	err := s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&c)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return false, nil
+	case err != nil:
+		return false, unavailable("reading counter "+l.key, err)
+	}
+	s.sawLined(l.key)
+	if c.Count >= l.Cap {
+		return false, nil
+	}
 	res, err := s.counters.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}},
 		bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}})
@@ -254,12 +270,75 @@ func (d holderDoc) booked() []string {
 
 // giveBack returns one slot of each key: to the oldest live waiter of that key if there is
 // one (the counter keeps its count; the waiter's holder books the slot as grantKey and its
-// process is woken), else to the counter (decrement). One round trip per slot handed over,
-// one that finds no waiter of the remaining keys, and one decrement of those.
+// process is woken), else to the counter (decrement).
+//
+// A counter with waiters carries the flag lined (set by every waiter when it tries the
+// level, cleared by a give-back that finds no live waiter). The flag is only a hint of where
+// to look first: a key this store saw lined in the last second is handed over first (one
+// round trip when a waiter takes it); any other key is decremented first, on the condition
+// that it is not lined, so that a release where nobody waits costs what it did without a line
+// (one decrement for all its keys). A key that condition kept is handed over after all. A
+// wrong hint costs a round trip, never a slot: a flag cleared while a waiter had just set it is
+// set again at that waiter's next look, and until then the slot goes to the counter, where the
+// waiter's look takes it.
 func (s *Store) giveBack(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	var hot, cold []string
+	for _, k := range keys {
+		if s.linedRecently(k) {
+			hot = append(hot, k)
+		} else {
+			cold = append(cold, k)
+		}
+	}
+	var left []string
+	if len(hot) > 0 {
+		rest, err := s.handOver(ctx, hot)
+		if err != nil {
+			return err
+		}
+		left = rest
+	}
+	if len(cold) > 0 {
+		res, err := s.counters.UpdateMany(ctx,
+			bson.D{
+				{Key: "_id", Value: bson.D{{Key: "$in", Value: cold}}},
+				{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
+				{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}},
+			},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}})
+		if err != nil {
+			return unavailable(fmt.Sprintf("decrementing %v", cold), err)
+		}
+		if int(res.MatchedCount) < len(cold) {
+			lined := cold
+			if len(cold) > 1 {
+				if lined, err = s.linedOf(ctx, cold); err != nil {
+					return err
+				}
+			}
+			for _, k := range lined {
+				s.sawLined(k)
+			}
+			rest, err := s.handOver(ctx, lined)
+			if err != nil {
+				return err
+			}
+			left = append(left, rest...)
+		}
+	}
+	return s.decrementUnlined(ctx, left)
+}
+
+// handOver hands one slot of each key to its oldest live waiter and returns the keys that
+// had none: one round trip per slot handed over and one that finds nobody.
+func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
 	rest := slices.Clone(keys)
 	var grants []Grant
 	var origins []string
+	defer func() { s.granted(grants, origins) }()
 	for len(rest) > 0 {
 		var d holderDoc
 		err := s.holders.FindOneAndUpdate(ctx,
@@ -278,23 +357,77 @@ func (s *Store) giveBack(ctx context.Context, keys []string) error {
 				SetSort(bson.D{{Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}).
 				SetReturnDocument(options.After)).Decode(&d)
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			break
+			return rest, nil
 		}
 		if err != nil {
-			s.granted(grants, origins)
 			// The slots of rest stay booked by their counters until healed (Heal).
-			return unavailable(fmt.Sprintf("handing over %v", rest), err)
+			return nil, unavailable(fmt.Sprintf("handing over %v", rest), err)
 		}
 		grants = append(grants, Grant{ID: d.PID, Key: d.GrantKey})
 		origins = append(origins, d.Origin)
+		s.sawLined(d.GrantKey)
 		rest = slices.DeleteFunc(rest, func(k string) bool { return k == d.GrantKey })
 		if err := s.fault(StepHandedOver, d.GrantKey); err != nil {
-			s.granted(grants, origins)
-			return unavailable("handing over "+d.GrantKey, err)
+			return nil, unavailable("handing over "+d.GrantKey, err)
 		}
 	}
-	s.granted(grants, origins)
-	return s.decrement(ctx, rest)
+	return nil, nil
+}
+
+// decrementUnlined returns one slot of each key, which has no live waiter, to its counter and
+// clears the counter's lined flag, in one round trip.
+func (s *Store) decrementUnlined(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := s.counters.UpdateMany(ctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}},
+		bson.D{
+			{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}},
+			{Key: "$set", Value: bson.D{{Key: "lined", Value: false}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+		})
+	if err != nil {
+		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
+	}
+	return nil
+}
+
+// linedOf reads which of keys are lined.
+func (s *Store) linedOf(ctx context.Context, keys []string) ([]string, error) {
+	cur, err := s.counters.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}, {Key: "lined", Value: true}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, unavailable("reading counters", err)
+	}
+	var docs []counterDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("reading counters", err)
+	}
+	out := make([]string, len(docs))
+	for i, d := range docs {
+		out[i] = d.ID
+	}
+	return out, nil
+}
+
+// linedHint is how long this store hands a key over first after it saw the key lined.
+const linedHint = time.Second
+
+func (s *Store) sawLined(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lined == nil || len(s.lined) >= maxHeals {
+		s.lined = map[string]time.Time{}
+	}
+	s.lined[key] = time.Now()
+}
+
+func (s *Store) linedRecently(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.lined[key]
+	return ok && time.Since(at) < linedHint
 }
 
 // healSeen is what Heal saw of one counter above its bookings, to confirm it later.

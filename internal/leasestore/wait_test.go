@@ -315,3 +315,45 @@ func TestHealRaisesAtOnceAndLowersOnlyWhenConfirmed(t *testing.T) {
 	}
 	assertNoDrift(t, s)
 }
+
+// TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits: a release where nobody waits is the
+// delete and one decrement, as without a line; a release by a process that never saw the
+// level's line (no hint) still hands the slot to the waiter, found through the counter's
+// lined flag.
+func TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	var cmds int
+	var counting bool
+	releaser := newStoreAt(t, uri, db, leasestore.WithCommandObserver(func(string) {
+		if counting {
+			cmds++
+		}
+	}))
+	waiter := newStoreAt(t, uri, db)
+	ctx := ctxT(t)
+	caps := []lease.LevelCap{{Level: lease.LevelUser, Cap: 1}, {Level: lease.LevelGlobal, Cap: 1}}
+	h := mustAcquire(t, releaser, userReq("ann", caps))
+	counting = true
+	if _, err := releaser.Release(ctx, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	counting = false
+	if cmds != 2 {
+		t.Errorf("a release nobody waits for took %d round trips, want 2", cmds)
+	}
+
+	h = mustAcquire(t, releaser, userReq("ann", caps))
+	w := queueWaiter(t, waiter, userReq("bob", caps)) // books bob's user level, waits at global
+	if _, err := releaser.Release(ctx, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	kg := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	if got, err := resume(t, waiter, userReq("bob", caps), w, kg, false); err != nil || got.State != lease.StateHeld {
+		t.Fatalf("the waiter after a release by a process without the hint: %+v, %v", got, err)
+	}
+	assertNoDrift(t, releaser)
+}
