@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // BenchmarkWriteByID measures single-document commands by _id, through the proxy, on a
@@ -79,6 +80,48 @@ func BenchmarkWriteByID(b *testing.B) {
 				}
 				if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: "target"}, {Key: "count", Value: 0}}); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFindByTenant measures a find of one tenant's 10 documents among 10 000 (the
+// operator's per-tenant views), through the proxy (answered through its tenant index) and
+// from FerretDB directly (a pass over the collection).
+func BenchmarkFindByTenant(b *testing.B) {
+	ctx := context.Background()
+	db := dbName("benchtenant")
+	c := connect(b, proxyURI).Database(db).Collection("holders")
+	docs := make([]any, 0, 10000)
+	for i := range 10000 {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("tok-%06d", i)}, {Key: "pid", Value: fmt.Sprintf("lh-%06d", i)},
+			{Key: "tenant", Value: fmt.Sprintf("t%04d", i%1000)}, {Key: "state", Value: "HELD"},
+			{Key: "levels", Value: bson.A{"global", "tenant", "project", "user"}}, {Key: "pad", Value: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}})
+	}
+	for i := 0; i < len(docs); i += 1000 {
+		if _, err := c.InsertMany(ctx, docs[i:i+1000]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	filter := bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: "WAITING"}}}, {Key: "tenant", Value: "t0042"}}
+	for _, tc := range []struct {
+		name string
+		uri  string
+	}{{"proxy", proxyURI}, {"ferretdb", backendURI}} {
+		coll := connect(b, tc.uri).Database(db).Collection("holders")
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "pid", Value: 1}}).SetLimit(501))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var got []bson.Raw
+				if err := cur.All(ctx, &got); err != nil {
+					b.Fatal(err)
+				}
+				if len(got) != 10 {
+					b.Fatalf("%d documents, want 10", len(got))
 				}
 			}
 		})

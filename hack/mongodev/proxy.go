@@ -184,6 +184,12 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 		return [][]byte{resp}, nil
 	}
 	defer p.ids.afterCommand(req)
+	if resp, handled, err := answerFieldFind(backend, br, p.ids, req); handled {
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{resp}, nil
+	}
 	if resp, handled, err := pushdownWrite(backend, br, req); handled {
 		if err != nil {
 			return nil, err

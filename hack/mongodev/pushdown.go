@@ -37,7 +37,7 @@ func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte
 	}
 	var matched []string
 	for _, id := range w.ids {
-		doc, err := findByID(backend, br, req, w, id)
+		doc, err := findByID(backend, br, req, w.db, w.coll, id)
 		if err != nil {
 			return nil, true, err
 		}
@@ -89,11 +89,11 @@ func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte
 	return buildOpMsg(0, requestID(req), out), true, nil
 }
 
-// findByID reads the document with _id id of w's collection (nil when there is none).
-func findByID(backend io.Writer, br *bufio.Reader, req []byte, w idWrite, id string) (bson.Raw, error) {
+// findByID reads the document with _id id of collection db.coll (nil when there is none).
+func findByID(backend io.Writer, br *bufio.Reader, req []byte, db, coll, id string) (bson.Raw, error) {
 	find := bson.D{
-		{Key: "find", Value: w.coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
-		{Key: "limit", Value: int32(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: w.db},
+		{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
+		{Key: "limit", Value: int32(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: db},
 	}
 	b, err := bson.Marshal(find)
 	if err != nil {

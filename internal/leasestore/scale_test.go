@@ -40,7 +40,7 @@ func fillHolders(t testing.TB, uri, db string, n, tenants int) {
 			tkey := lease.CounterKey("r", lease.LevelTenant, tenant)
 			perTenant[tenant]++
 			docs = append(docs, bson.D{
-				{Key: "_id", Value: fmt.Sprintf("%032x", i+1)}, {Key: "state", Value: "ACTIVE"},
+				{Key: "_id", Value: fmt.Sprintf("%032x", i+1)}, {Key: "pid", Value: lease.HolderID(fmt.Sprintf("%032x", i+1))}, {Key: "state", Value: "ACTIVE"},
 				{Key: "leaseName", Value: "r"}, {Key: "resource", Value: "r"}, {Key: "type", Value: "tex"},
 				{Key: "tenant", Value: tenant}, {Key: "project", Value: "p"}, {Key: "user", Value: "u"},
 				{Key: "holderRef", Value: "job"},
