@@ -62,7 +62,8 @@ func TestFindByIndexedFieldAnswersAsTheServer(t *testing.T) {
 		{"no such tenant", bson.D{{Key: "tenant", Value: "nobody"}}, nil, true},
 		{"the field is an array: the server decides", bson.D{{Key: "tenant", Value: "t9"}}, nil, false},
 		{"an _id that is no string: the server decides", bson.D{{Key: "tenant", Value: "t8"}}, nil, false},
-		{"a missing field under $ne: the server decides", bson.D{notWaiting, {Key: "tenant", Value: "t7"}}, nil, false},
+		{"a missing field under $ne", bson.D{notWaiting, {Key: "tenant", Value: "t7"}}, nil, true},
+		{"a missing field under $eq", bson.D{{Key: "tenant", Value: "t7"}, {Key: "state", Value: "HELD"}}, nil, true},
 		{"sort keys of two types: the server decides", bson.D{{Key: "tenant", Value: "t6"}}, options.Find().SetSort(byPID), false},
 		{"a condition the proxy does not evaluate: forwarded", bson.D{{Key: "tenant", Value: "t1"}, {Key: "n", Value: bson.D{{Key: "$in", Value: bson.A{1, 5}}}}}, nil, false},
 		{"skip: forwarded", bson.D{{Key: "tenant", Value: "t1"}}, options.Find().SetSort(byPID).SetSkip(2), false},
@@ -77,7 +78,7 @@ func TestFindByIndexedFieldAnswersAsTheServer(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("through the proxy:\n%s\nFerretDB itself:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
-			if len(want) == 0 && tc.name != "no such tenant" {
+			if len(want) == 0 && tc.name != "no such tenant" && tc.name != "a missing field under $eq" {
 				t.Errorf("the case matched nothing: it tests nothing")
 			}
 			before := indexedAnswers.Load()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -28,6 +29,10 @@ import (
 // A command or a filter outside that narrow shape is forwarded unchanged, and so is one
 // whose documents hold values the proxy does not compare (before anything is written).
 
+// writeFallbacks counts the writes parsed for a push-down that the server had to decide after
+// all (a scan of the collection), for tests.
+var writeFallbacks atomic.Int64
+
 // pushdownWrite handles req when it is such a write; handled is false otherwise (req is
 // then to be forwarded as it is). Call with the exchange lock held.
 func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte, handled bool, err error) {
@@ -48,6 +53,7 @@ func pushdownWrite(backend io.Writer, br *bufio.Reader, req []byte) (resp []byte
 		if !decided {
 			// The document's values are not plain comparisons after all: the original
 			// command decides (it is correct, only slower). Nothing was written yet.
+			writeFallbacks.Add(1)
 			if _, err := backend.Write(fixupRequest(req)); err != nil {
 				return nil, true, err
 			}
@@ -487,16 +493,22 @@ func matchRest(doc bson.Raw, rest bson.D) (matched, decided bool) {
 			}
 			continue
 		}
+		conds := bson.D{{Key: "$eq", Value: e.Value}}
+		if ops, isDoc := e.Value.(bson.D); isDoc {
+			conds = ops
+		}
 		if v == nil {
-			return false, false // missing or null: leave MongoDB's null semantics to the server
+			// Missing or null, compared with a scalar (never null here): only $ne matches.
+			for _, c := range conds {
+				if c.Key != "$ne" {
+					return false, true
+				}
+			}
+			continue
 		}
 		got, ok := scalar(v)
 		if !ok {
 			return false, false
-		}
-		conds := bson.D{{Key: "$eq", Value: e.Value}}
-		if ops, isDoc := e.Value.(bson.D); isDoc {
-			conds = ops
 		}
 		for _, c := range conds {
 			want, _ := scalar(c.Value)

@@ -48,7 +48,7 @@ func TestConditionalWritesByID(t *testing.T) {
 		{"string equality", bson.D{{Key: "_id", Value: "k"}, {Key: "name", Value: "y"}}, 0},
 		{"$ne", bson.D{{Key: "_id", Value: "k"}, {Key: "name", Value: bson.D{{Key: "$ne", Value: "y"}}}}, 1},
 		{"another type: the server decides", bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: "6"}}, 0},
-		{"a missing field: the server decides", bson.D{{Key: "_id", Value: "k"}, {Key: "absent", Value: 1}}, 0},
+		{"a missing field compared with 1", bson.D{{Key: "_id", Value: "k"}, {Key: "absent", Value: 1}}, 0},
 		{"no such document", bson.D{{Key: "_id", Value: "nope"}, {Key: "count", Value: 1}}, 0},
 		{"$not $gt on a missing field", bson.D{{Key: "_id", Value: "k"}, {Key: "queued", Value: notGT(0)}}, 1},
 		{"$not $gt, numbers", bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: notGT(3)}}, 0},
@@ -182,5 +182,44 @@ func TestUpdateManyByIDList(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d documents, want %d", len(got), len(want))
+	}
+}
+
+// TestReleaseDecrementIsPushedDown: a release's decrement of counters that nobody waits at
+// ({_id: {$in}, count: {$gt: 0}, lined: {$ne: true}}, where lined is missing on most
+// counters) is decided by the proxy, not by a scan of the collection, and matches as MongoDB
+// does: a missing lined matches $ne, a lined counter does not.
+func TestReleaseDecrementIsPushedDown(t *testing.T) {
+	ctx := t.Context()
+	c := connect(t, proxyURI).Database(dbName("pushdown")).Collection("lined")
+	if _, err := c.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "plain"}, {Key: "count", Value: int32(1)}},
+		bson.D{{Key: "_id", Value: "unlined"}, {Key: "count", Value: int32(1)}, {Key: "lined", Value: false}},
+		bson.D{{Key: "_id", Value: "lined"}, {Key: "count", Value: int32(1)}, {Key: "lined", Value: true}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := writeFallbacks.Load()
+	r, err := c.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"plain", "unlined", "lined"}}}},
+		{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
+		{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}},
+	}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.MatchedCount != 2 || r.ModifiedCount != 2 {
+		t.Errorf("matched %d modified %d, want 2 and 2", r.MatchedCount, r.ModifiedCount)
+	}
+	// A missing field under an order comparison matches nothing.
+	r, err = c.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"plain"}}}},
+		{Key: "lined", Value: bson.D{{Key: "$gt", Value: 0}}},
+	}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}})
+	if err != nil || r.MatchedCount != 0 {
+		t.Errorf("a missing field under $gt: %+v, %v; want nothing matched", r, err)
+	}
+	if n := writeFallbacks.Load() - before; n != 0 {
+		t.Errorf("%d writes left to the server's scan, want 0", n)
 	}
 }
