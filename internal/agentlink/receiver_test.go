@@ -26,6 +26,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 var cmpIgnoreAt = cmpopts.IgnoreFields(notify.Event{}, "At")
@@ -172,7 +173,7 @@ func TestForwarderToReceiver(t *testing.T) {
 	if err := fw.Forward(ctx, ip, msg); err != nil {
 		t.Fatal(err)
 	}
-	ev := <-waited
+	ev := waitfor.Receive(t, waited, "the long-poll for tok-1 to return the forwarded revocation")
 	if ev.Token != "tok-1" || ev.Reason != "revoke" || ev.Type != "mcp" {
 		t.Errorf("long-poll got %+v", ev)
 	}
