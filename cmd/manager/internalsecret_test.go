@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // TestEnsureInternalSecret: the path every shipped install takes (no --internal-secret).
@@ -36,7 +37,7 @@ func TestEnsureInternalSecret(t *testing.T) {
 	for i := range got {
 		wg.Go(func() { got[i], errs[i] = ensureInternalSecret(ctx, env.Config, ns) })
 	}
-	wg.Wait()
+	waitfor.Group(t, &wg, "three replicas to ensure the internal secret")
 	for i := range got {
 		if errs[i] != nil {
 			t.Fatalf("replica %d: %v", i, errs[i])

@@ -179,14 +179,16 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		Name: otherNamespace, Labels: map[string]string{tenancy.TenantLabel: otherTenant}}})).To(Succeed())
 	otherPod = createRunningPod(ctx, otherNamespace, otherPodName, otherPodIP)
 
-	mongo := <-started
+	var mongo result
+	Eventually(started).WithTimeout(2*time.Minute).Should(Receive(&mongo), "the test MongoDB to start")
 	Expect(mongo.err).NotTo(HaveOccurred(), "test MongoDB")
 	mongoURI = mongo.value
 	database = mongotest.DatabaseName(suiteT)
 	store, err = leasestore.Connect(mongo.value, database)
 	Expect(err).NotTo(HaveOccurred())
 
-	bin := <-built
+	var bin result
+	Eventually(built).WithTimeout(20*time.Minute).Should(Receive(&bin), "the manager binary to build")
 	Expect(bin.err).NotTo(HaveOccurred(), "building the manager")
 	managerBin = bin.value
 
@@ -402,3 +404,7 @@ func createRunningPod(ctx context.Context, ns, name, ip string) lease.PodRef {
 	Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
 	return lease.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
 }
+
+// boundedHTTP is for the suite's plain GETs: a server that stops answering fails the spec
+// (or the poll of its Eventually) instead of hanging it.
+var boundedHTTP = &http.Client{Timeout: 10 * time.Second}

@@ -261,7 +261,7 @@ var _ = Describe("The example consumers", func() {
 	It("exports the agent's metrics on its internal port", func(ctx SpecContext) {
 		const project = "agent-metrics"
 		Expect(texLease(ctx, project, "ann").Release(ctx)).To(Succeed())
-		resp, err := http.Get(agentMetricsURL)
+		resp, err := boundedHTTP.Get(agentMetricsURL)
 		Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = resp.Body.Close() }()
 		Expect(resp.StatusCode).To(Equal(http.StatusOK))

@@ -85,7 +85,7 @@ var _ = Describe("Tenancy", func() {
 		By("an agent that cannot reach its manager: not ready, and 503 for every lease")
 		Eventually(func(g Gomega) {
 			g.Expect(bareAgentProc.exited()).To(BeFalse(), bareAgentProc.describe())
-			resp, err := http.Get(bareAgentReadyURL)
+			resp, err := boundedHTTP.Get(bareAgentReadyURL)
 			g.Expect(err).NotTo(HaveOccurred())
 			_ = resp.Body.Close()
 			g.Expect(resp.StatusCode).To(Equal(http.StatusServiceUnavailable))

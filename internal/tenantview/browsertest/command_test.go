@@ -15,6 +15,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/cli"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/testutil/browser"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // syncBuffer is a bytes.Buffer safe for the command's goroutine and the test.
@@ -40,7 +41,8 @@ func (s *syncBuffer) String() string {
 func TestKubectlLeaseUI(t *testing.T) {
 	h := acquire(t, "acme", "command", "gil")
 	var out, errOut syncBuffer
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(t.Context())
+	t.Cleanup(stop) // a failed step below ends the command too
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Run(ctx, []string{"ui", "--kubeconfig", aliceFile, "--namespace", nsAcme, "--address", "127.0.0.1:0"},
@@ -56,12 +58,7 @@ func TestKubectlLeaseUI(t *testing.T) {
 		t.Errorf("kubectl lease ui lists %v, want %s among them", got, lease.HolderID(h))
 	}
 	stop()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("kubectl lease ui exited %d after Ctrl-C: %s", code, errOut.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("kubectl lease ui did not stop after its context ended")
+	if code := waitfor.Receive(t, done, "kubectl lease ui to stop after its context ended"); code != 0 {
+		t.Errorf("kubectl lease ui exited %d after Ctrl-C: %s", code, errOut.String())
 	}
 }

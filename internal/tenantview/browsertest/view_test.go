@@ -204,7 +204,9 @@ func submitForged(ctx context.Context, t *testing.T, holder string, csrf bool) {
 		}
 		document.body.appendChild(f); f.submit(); return true;
 	})()`, token, holder)
-	if _, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Evaluate[bool](js))); err != nil {
+	bctx, cancel := browser.Bound(ctx)
+	defer cancel()
+	if _, err := chromedp.Run(bctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Evaluate[bool](js))); err != nil {
 		t.Fatalf("submitting a forged revoke: %v", err)
 	}
 }
@@ -284,10 +286,12 @@ func TestDriftShowsAndDisappearsAfterReconcile(t *testing.T) {
 		if _, err := store.Reconcile(ctxT(t)); err != nil {
 			return nil, err
 		}
-		if err := chromedp.Do(ctx, chromedp.Navigate(base)); err != nil {
+		bctx, cancel := browser.Bound(ctx)
+		defer cancel()
+		if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
 			return nil, err
 		}
-		counters, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](jsCounters))
+		counters, err = chromedp.Run(bctx, chromedp.Evaluate[[]string](jsCounters))
 		return counters, err
 	}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).
 		ShouldNot(gomega.ContainElement(gomega.HaveSuffix(" drift")), "counters still marked as drift after reconcile")

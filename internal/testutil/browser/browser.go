@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -114,9 +115,22 @@ func Screenshot(t testing.TB, name string, png []byte) string {
 	return path
 }
 
+// ActionTimeout bounds each browser action of the helpers below (and of tests that call
+// chromedp themselves through Bound): a page that never loads or an event that never fires
+// fails the test instead of hanging it.
+const ActionTimeout = 30 * time.Second
+
+// Bound returns ctx (a tab's context from New) with ActionTimeout on the actions run with it;
+// the tab stays open when it ends.
+func Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, ActionTimeout)
+}
+
 // Navigate opens u in the tab of ctx and waits for it to load.
 func Navigate(ctx context.Context, t testing.TB, u string) {
 	t.Helper()
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
 		t.Fatalf("opening %s: %v", u, err)
 	}
@@ -125,6 +139,8 @@ func Navigate(ctx context.Context, t testing.TB, u string) {
 // Click clicks the element sel (CSS) and waits for the page it leads to.
 func Click(ctx context.Context, t testing.TB, sel string) {
 	t.Helper()
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	if _, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel)))); err != nil {
 		t.Fatalf("clicking %s: %v", sel, err)
 	}
@@ -133,6 +149,8 @@ func Click(ctx context.Context, t testing.TB, sel string) {
 // Eval evaluates js in the page and decodes its value.
 func Eval[T any](ctx context.Context, t testing.TB, js string) T {
 	t.Helper()
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
 		t.Fatalf("evaluating %s: %v", js, err)
@@ -144,6 +162,8 @@ func Eval[T any](ctx context.Context, t testing.TB, js string) T {
 // directory and returns its path.
 func Capture(ctx context.Context, t testing.TB, name string) string {
 	t.Helper()
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
