@@ -14,7 +14,9 @@
 # API's own listener, default 127.0.0.1:8083; never the admission port), LEASE_INTERNAL_SECRET
 # (internal secret of forwarded revocations, default a random one per run), SYSTEM_NAMESPACE
 # (default lease-system; docs/tenancy.md), LIVE_API_PORT (the live API, registered with the
-# local control plane's aggregation layer; default 8444).
+# local control plane's aggregation layer; default 8444), MONGODEV_FLAGS (more flags of the
+# development server, e.g. "--log-level info --slow-command 20ms" logs every command that
+# holds it longer into its log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -42,7 +44,8 @@ wait_for() { # file pattern timeout pid
 logs=$(mktemp -d)
 go build -o "$bin/devcluster" ./hack/devcluster
 if [[ -z "${MONGODB_URI:-}" ]]; then
-  "$bin/mongodev" --listen 127.0.0.1:0 >"$logs/mongodev.log" 2>&1 &
+  read -ra mongodev_flags <<<"${MONGODEV_FLAGS:-}"
+  "$bin/mongodev" --listen 127.0.0.1:0 "${mongodev_flags[@]}" >"$logs/mongodev.log" 2>&1 &
   pids+=($!)
   wait_for "$logs/mongodev.log" "mongodev listening" 60 "${pids[-1]}"
   MONGODB_URI=$(sed -n 's/^mongodev listening on \(mongodb:[^ ]*\).*/\1/p' "$logs/mongodev.log")

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,4 +144,52 @@ func TestMonitoringDoesNotWaitForTheLock(t *testing.T) {
 	if err := c.Database("admin").RunCommand(pctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
 		t.Errorf("hello while another command holds the lock: %v", err)
 	}
+}
+
+// TestSlowCommandsAreLogged: a command that holds the store longer than --slow-command is
+// logged with its name and collection; with the threshold at 0 nothing is.
+func TestSlowCommandsAreLogged(t *testing.T) {
+	for _, tc := range []struct {
+		slow time.Duration
+		want bool
+	}{{time.Nanosecond, true}, {0, false}} {
+		var log syncBuffer
+		p := newProxy(strings.TrimSuffix(strings.TrimPrefix(backendURI, "mongodb://"), "/"),
+			slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		p.slow = tc.slow
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go p.serve(ln)
+		t.Cleanup(func() { _ = ln.Close() })
+		c := connect(t, "mongodb://"+ln.Addr().String()+"/?directConnection=true")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := c.Database(t.Name()).Collection("slowlog").InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Contains(log.String(), `msg="slow command" command=insert target=slowlog`)
+		if got != tc.want {
+			t.Errorf("threshold %v: insert logged as slow = %t, want %t; log:\n%s", tc.slow, got, tc.want, log.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from the proxy's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

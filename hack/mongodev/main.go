@@ -54,6 +54,7 @@ func run() int {
 	fs := flag.NewFlagSet("mongodev", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:27017", "address the MongoDB wire-protocol proxy listens on (port 0 picks a free port)")
 	dir := fs.String("dir", "", "data directory (created if missing, kept on exit); default: a temporary directory removed on exit")
+	slow := fs.Duration("slow-command", 100*time.Millisecond, "log (at info level) every command that holds the store for longer than this; 0: never")
 	logLevel := fs.String("log-level", "warn", "FerretDB and proxy log level: debug, info, warn or error")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "shut down when stdin reaches end of file (the parent process went away)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -89,7 +90,7 @@ func run() int {
 	ready := func(proxyAddr, _ string) {
 		fmt.Printf("mongodev listening on mongodb://%s/\n", proxyAddr)
 	}
-	if err := serve(ctx, stop, *listen, *dir, logger, ready); err != nil {
+	if err := serve(ctx, stop, *listen, *dir, *slow, logger, ready); err != nil {
 		fmt.Fprintf(os.Stderr, "mongodev: %v\n", err)
 		return 1
 	}
@@ -107,7 +108,7 @@ const sqlitePragmas = "_pragma=synchronous(OFF)"
 // serve runs FerretDB and the proxy until ctx is done. ready is called with the proxy's and
 // FerretDB's addresses once FerretDB answers and the proxy listens. stopSignals is called
 // once shutdown starts, so that a second SIGINT kills the process the default way.
-func serve(ctx context.Context, stopSignals func(), listen, dir string, logger *slog.Logger, ready func(proxyAddr, backendAddr string)) error {
+func serve(ctx context.Context, stopSignals func(), listen, dir string, slow time.Duration, logger *slog.Logger, ready func(proxyAddr, backendAddr string)) error {
 	dataDir, cleanup, err := prepareDir(dir)
 	if err != nil {
 		return err
@@ -157,6 +158,7 @@ func serve(ctx context.Context, stopSignals func(), listen, dir string, logger *
 		return fmt.Errorf("listen: %w", err)
 	}
 	p := newProxy(backendAddr, logger)
+	p.slow = slow
 	p.ids = newIDIndexer(dataDir, logger)
 	defer p.ids.close()
 	served := make(chan struct{})

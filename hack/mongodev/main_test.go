@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	errc := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		errc <- serve(ctx, func() {}, "127.0.0.1:0", "", logger, func(p, b string) { readyc <- addrs{p, b} })
+		errc <- serve(ctx, func() {}, "127.0.0.1:0", "", 0, logger, func(p, b string) { readyc <- addrs{p, b} })
 	}()
 	select {
 	case a := <-readyc:
@@ -270,7 +270,7 @@ func TestPersistentDir(t *testing.T) {
 		readyc := make(chan string, 1)
 		errc := make(chan error, 1)
 		go func() {
-			errc <- serve(sctx, func() {}, "127.0.0.1:0", dir, logger, func(p, _ string) { readyc <- p })
+			errc <- serve(sctx, func() {}, "127.0.0.1:0", dir, 0, logger, func(p, _ string) { readyc <- p })
 		}()
 		var addr string
 		select {

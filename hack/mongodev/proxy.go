@@ -8,6 +8,9 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // proxy forwards wire-protocol messages from each client connection to its own backend
@@ -19,6 +22,8 @@ type proxy struct {
 	// exchange is held from writing a request to the backend until its response has been
 	// read: the backend executes one command at a time.
 	exchange sync.Mutex
+	// slow is the threshold of the slow-command log (noteSlow); 0: off.
+	slow time.Duration
 	// ids indexes collection tables for FerretDB's _id lookups (idindex.go); nil: off.
 	ids *idIndexer
 
@@ -172,6 +177,7 @@ func (p *proxy) handle(client net.Conn) {
 func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]byte, error) {
 	p.exchange.Lock()
 	defer p.exchange.Unlock()
+	defer p.noteSlow(req, time.Now())
 	if commandName(req) == "insert" {
 		defer p.insertForwarded() // after the answer: the documents are there
 	}
@@ -216,6 +222,28 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 			return resps, nil
 		}
 	}
+}
+
+// noteSlow logs req (at info level) when it held the exchange lock since start for longer than
+// the proxy's slow threshold (--slow-command): every other client waited that long.
+func (p *proxy) noteSlow(req []byte, start time.Time) {
+	if d := time.Since(start); p.slow > 0 && d > p.slow {
+		p.logger.Info("slow command", "command", commandName(req), "target", commandTarget(req), "held", d.Round(time.Millisecond))
+	}
+}
+
+// commandTarget is the value of req's first element (for most commands the collection), or "".
+func commandTarget(req []byte) string {
+	body, _, ok := sections(req)
+	if !ok {
+		return ""
+	}
+	v, err := bson.Raw(body).IndexErr(0)
+	if err != nil {
+		return ""
+	}
+	s, _ := v.Value().StringValueOK()
+	return s
 }
 
 // monitoring reports whether req is a handshake or monitoring command (hello, isMaster),

@@ -258,14 +258,13 @@ func TestConcurrencyInvariant(t *testing.T) {
 			for ctx.Err() == nil {
 				// A reap's delete meets the crash fault too: the holder is gone, its slots
 				// are reconcile's to return.
-				if _, err := s.ReapIdle(context.Background(), ""); err != nil && !errors.Is(err, leasestore.ErrCrash) {
-					t.Errorf("reap idle: %v", err)
+				// The scheduled sweep's round: one read of the holders for the idle reap,
+				// the pods and reconcile's bookings.
+				round, err := s.SweepRound(context.Background())
+				if err != nil && !errors.Is(err, leasestore.ErrCrash) {
+					t.Errorf("sweep round: %v", err)
 				}
-				pods, err := s.HolderPods(context.Background())
-				if err != nil {
-					t.Errorf("holder pods: %v", err)
-				}
-				for _, p := range pods {
+				for _, p := range round.Pods {
 					if p.Name == "dying" {
 						if _, err := s.ReapPod(context.Background(), p); err != nil && !errors.Is(err, leasestore.ErrCrash) {
 							t.Errorf("reap pod: %v", err)
@@ -273,7 +272,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 					}
 				}
 				if i == 0 {
-					res, err := s.Reconcile(context.Background())
+					res, err := s.ReconcileRound(context.Background(), round)
 					if err != nil {
 						t.Errorf("reconcile: %v", err)
 					}

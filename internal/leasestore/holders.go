@@ -128,19 +128,14 @@ func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, erro
 	}
 	// Stream the candidates, keeping only the expired ones: memory grows with what is
 	// reaped, not with the holders (docs/operations.md, "Behaviour at scale").
-	type candidate struct {
-		id       string
-		lastSeen time.Time
-	}
-	var expired []candidate
+	var expired []idleCandidate
 	var next time.Time
 	err = eachDoc(ctx, s, s.holders, "reading holders", filter,
 		bson.D{{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1}}, nil,
 		func(c holderDoc) error {
-			ttl := time.Duration(c.TTLSeconds * float64(time.Second))
-			switch at := c.LastSeenAt.Add(ttl); {
+			switch at := c.idleAt(); {
 			case at.Before(now):
-				expired = append(expired, candidate{id: c.ID, lastSeen: c.LastSeenAt})
+				expired = append(expired, idleCandidate{id: c.ID, lastSeen: c.LastSeenAt})
 			case next.IsZero() || at.Before(next):
 				next = at
 			}
@@ -153,35 +148,8 @@ func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, erro
 	if err != nil {
 		return sw, err
 	}
-	for _, c := range expired {
-		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "lastSeenAt", Value: c.lastSeen}})
-		// Deleted is reaped, even when giving its slots back failed (they are healed). A
-		// waiter whose renewals stopped was no lease: nobody is told.
-		if ok && h.State != lease.StateWaiting {
-			sw.Reaped = append(sw.Reaped, h)
-		}
-		if err != nil {
-			return sw, err
-		}
-	}
-	return sw, nil
-}
-
-// HolderPods lists the distinct pods that hold leases, streaming the holders' pods in
-// batches (memory grows with the pods, not the holders).
-func (s *Store) HolderPods(ctx context.Context) ([]lease.PodRef, error) {
-	seen := map[lease.PodRef]bool{}
-	var pods []lease.PodRef
-	err := eachDoc(ctx, s, s.holders, "reading holders", bson.D{}, bson.D{{Key: "pod", Value: 1}}, nil,
-		func(d holderDoc) error {
-			p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
-			if !seen[p] {
-				seen[p] = true
-				pods = append(pods, p)
-			}
-			return nil
-		})
-	return pods, err
+	sw.Reaped, err = s.reapExpired(ctx, expired)
+	return sw, err
 }
 
 // maxPodsPerQuery bounds the pods one HolderPodsOf query names, so that each command stays

@@ -144,11 +144,11 @@ func TestPodReapMatchesUID(t *testing.T) {
 	elsewhere.Pod = lease.PodRef{Namespace: "ns", Name: "web-1", UID: "uid-1"}
 	h4 := mustAcquire(t, s, elsewhere)
 
-	pods, err := s.HolderPods(ctx)
+	round, err := s.SweepRound(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods) != 3 {
+	if pods := round.Pods; len(pods) != 3 {
 		t.Errorf("holder pods = %v, want 3 distinct", pods)
 	}
 	reaped, err := s.ReapPod(ctx, old.Pod)

@@ -45,13 +45,20 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 	if err != nil {
 		return res, err
 	}
+	return s.reconcile(ctx, now, booked)
+}
+
+// reconcile decides and corrects every counter against booked, the holders' bookings read
+// after the server's time now.
+func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]int) (ReconcileResult, error) {
+	var res ReconcileResult
 	policy := reconcilePolicy{Now: now, Margin: s.cfg.safetyMargin, Confirm: s.cfg.confirm}
 	s.mu.Lock()
 	previous := s.lowering
 	s.lowering = map[string]lowering{}
 	s.mu.Unlock()
 	seen := make(map[string]bool, len(booked))
-	err = s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
+	err := s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
 		want := booked[c.ID]
 		if want > 0 {
 			seen[c.ID] = true
@@ -244,9 +251,12 @@ func (b *booking) sortedRefs() []lease.DefinitionRef {
 	return out
 }
 
-// eachCounter calls f with every counter matching filter, in _id order, in batches.
+// eachCounter calls f with every counter matching filter, in batches, in no particular order:
+// each counter is decided on its own. (Asking for an order costs nothing on MongoDB, where
+// the _id index gives it, but the development server sorts the whole collection before it
+// answers the first batch: 0.5 s at 11 000 counters, during which no other command runs.)
 func (s *Store) eachCounter(ctx context.Context, filter bson.D, f func(counterDoc) error) error {
-	return eachDoc(ctx, s, s.counters, "reading counters", filter, nil, bson.D{{Key: "_id", Value: 1}}, f)
+	return eachDoc(ctx, s, s.counters, "reading counters", filter, nil, nil, f)
 }
 
 // eachDoc streams the documents of coll matching filter to f, readBatch per command;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func fillHolders(t testing.TB, uri, db string, n, tenants int) {
 			tkey := lease.CounterKey("r", lease.LevelTenant, tenant)
 			perTenant[tenant]++
 			docs = append(docs, bson.D{
-				{Key: "_id", Value: fmt.Sprintf("%032x", i+1)}, {Key: "pid", Value: lease.HolderID(fmt.Sprintf("%032x", i+1))}, {Key: "state", Value: "ACTIVE"},
+				{Key: "_id", Value: holderToken(i)}, {Key: "pid", Value: lease.HolderID(holderToken(i))}, {Key: "state", Value: "ACTIVE"},
 				{Key: "leaseName", Value: "r"}, {Key: "resource", Value: "r"}, {Key: "type", Value: "tex"},
 				{Key: "tenant", Value: tenant}, {Key: "project", Value: "p"}, {Key: "user", Value: "u"},
 				{Key: "holderRef", Value: "job"},
@@ -66,6 +67,9 @@ func fillHolders(t testing.TB, uri, db string, n, tenants int) {
 		t.Fatalf("filling counters: %v", err)
 	}
 }
+
+// holderToken is the token of fillHolders' holder i.
+func holderToken(i int) string { return fmt.Sprintf("%032x", i+1) }
 
 // TestReconcileStreamsALargeStore: reconcile of a store with many holders reads them in
 // batches, each command with its own deadline, so an operation timeout far shorter than
@@ -115,8 +119,14 @@ func TestStreamingReadsHoldTheStoreBriefly(t *testing.T) {
 	fillHolders(t, uri, db, n, 10)
 	for name, run := range map[string]func() error{
 		"idle sweep": func() error { _, err := s.ReapIdle(ctxT(t), ""); return err },
-		"pod scan":   func() error { _, err := s.HolderPods(ctxT(t)); return err },
-		"reconcile":  func() error { _, err := s.Reconcile(ctxT(t)); return err },
+		"sweep round": func() error {
+			r, err := s.SweepRound(ctxT(t))
+			if err == nil {
+				_, err = s.ReconcileRound(ctxT(t), r)
+			}
+			return err
+		},
+		"reconcile": func() error { _, err := s.Reconcile(ctxT(t)); return err },
 	} {
 		mu.Lock()
 		clear(most)
@@ -132,4 +142,83 @@ func TestStreamingReadsHoldTheStoreBriefly(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+}
+
+// TestSweepRoundReadsEachHolderOnce: the scheduled sweep's round serves its three uses from
+// one read of the holders: it reaps the idle holder, lists every holder pod, and its reconcile
+// recreates a lost counter with the count that read booked. Across the round and its
+// reconcile the store returns each holder and each counter once (three reads of the holders,
+// as the idle reap, the pod scan and reconcile each made before, return three times as many).
+func TestSweepRoundReadsEachHolderOnce(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	var read atomic.Int64
+	s := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(time.Minute), leasestore.WithReplyObserver(func(cmd string, docs int) {
+		if cmd == "find" || cmd == "getMore" {
+			read.Add(int64(docs))
+		}
+	}))
+	const n, tenants = 300, 10
+	fillHolders(t, uri, db, n, tenants)
+	idleID := setHolderLastSeen(t, uri, db, 0, time.Now().Add(-2*time.Hour)) // tenant t0000
+	deleteCounter(t, uri, db, lease.CounterKey("r", lease.LevelTenant, "t0007"))
+
+	read.Store(0)
+	round, err := s.SweepRound(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(round.Idle) != 1 || round.Idle[0].Token != idleID {
+		t.Errorf("reaped %v, want the idle holder %s alone", tokens(round.Idle), idleID)
+	}
+	if len(round.Pods) != 100 {
+		t.Errorf("the round lists %d holder pods, want 100 (pod-0 ... pod-99)", len(round.Pods))
+	}
+	res, err := s.ReconcileRound(ctxT(t), round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lost counter comes back with its bookings; t0000's and the global counter, which
+	// the idle reap decremented after the read, are left alone.
+	if res.Created != 1 || res.Corrected != 0 || res.Deleted != 0 {
+		t.Errorf("reconcile after the round = %+v, want the lost counter created and nothing else written", res)
+	}
+	// Holders and counters once each (1 global + 9 tenant counters were there to read), and
+	// the few documents that reading the server's time and the reap's writes return.
+	const slack = 10
+	if got, want := read.Load(), int64(n+tenants); got > want+slack {
+		t.Errorf("the round and its reconcile read %d documents, want about %d (each holder and counter once)", got, want)
+	}
+
+	counters, err := s.ListCounters(ctxT(t), leasestore.CounterFilter{Tenant: "t0007"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counters) != 1 || counters[0].Count != n/tenants {
+		t.Errorf("t0007's counters after reconcile = %+v, want one of count %d", counters, n/tenants)
+	}
+	// A round whose read failed reconciles nothing.
+	if _, err := s.ReconcileRound(ctxT(t), leasestore.Round{}); err == nil {
+		t.Error("reconcile of a round that read no holders succeeded, want an error")
+	}
+}
+
+// setHolderLastSeen sets the lastSeenAt of fillHolders' holder i and returns its token.
+func setHolderLastSeen(t *testing.T, uri, db string, i int, at time.Time) string {
+	t.Helper()
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Disconnect(context.Background()) }()
+	id := holderToken(i)
+	r, err := c.Database(db).Collection(leasestore.HoldersCollection).UpdateOne(context.Background(),
+		bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "lastSeenAt", Value: at}}}})
+	if err != nil || r.MatchedCount != 1 {
+		t.Fatalf("setting lastSeenAt of %s: %v, %+v", id, err, r)
+	}
+	return id
 }

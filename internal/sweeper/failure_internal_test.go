@@ -24,10 +24,15 @@ type fakeStore struct {
 	reapedPods    []lease.PodRef
 }
 
-func (s *fakeStore) ReapIdle(context.Context, string) ([]lease.Holder, error) { return nil, nil }
+func (s *fakeStore) SweepRound(context.Context) (leasestore.Round, error) {
+	if s.holderPodsErr != nil {
+		return leasestore.Round{}, s.holderPodsErr
+	}
+	return leasestore.Round{Pods: s.pods}, nil
+}
 
-func (s *fakeStore) HolderPods(context.Context) ([]lease.PodRef, error) {
-	return s.pods, s.holderPodsErr
+func (s *fakeStore) ReconcileRound(context.Context, leasestore.Round) (leasestore.ReconcileResult, error) {
+	return leasestore.ReconcileResult{}, nil
 }
 
 func (s *fakeStore) HolderPodsOf(_ context.Context, pods []lease.PodRef) ([]lease.PodRef, error) {
@@ -50,10 +55,6 @@ func (s *fakeStore) ReapPod(_ context.Context, pod lease.PodRef) ([]lease.Holder
 	defer s.mu.Unlock()
 	s.reapedPods = append(s.reapedPods, pod)
 	return []lease.Holder{{Token: "t-" + pod.Name, Pod: pod, PodBound: true}}, nil
-}
-
-func (s *fakeStore) Reconcile(context.Context) (leasestore.ReconcileResult, error) {
-	return leasestore.ReconcileResult{}, nil
 }
 
 func (s *fakeStore) reaped() []lease.PodRef {

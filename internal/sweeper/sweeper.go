@@ -40,11 +40,12 @@ const (
 
 // Store is the part of the lease store a sweep uses (*leasestore.Store).
 type Store interface {
-	ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error)
-	HolderPods(ctx context.Context) ([]lease.PodRef, error)
+	// SweepRound reads the holders once: it reaps the idle ones and returns the holders'
+	// pods and bookings, which ReconcileRound compares with the counters.
+	SweepRound(ctx context.Context) (leasestore.Round, error)
+	ReconcileRound(ctx context.Context, r leasestore.Round) (leasestore.ReconcileResult, error)
 	HolderPodsOf(ctx context.Context, pods []lease.PodRef) ([]lease.PodRef, error)
 	ReapPod(ctx context.Context, pod lease.PodRef) ([]lease.Holder, error)
-	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)
 }
 
 // Liveness is the part of the pod view a sweep uses (*podwatch.Watcher).
@@ -174,26 +175,28 @@ func (s *Sweeper) Start(ctx context.Context) error {
 }
 
 // Sweep runs one round now: idle reap, pod-dead reap, reconcile (also the operator's
-// "lease sweep"). A failing step does not stop the others; holders reaped before an error
-// are still dispatched. The error is the first step's error.
+// "lease sweep"), on one read of the holders (leasestore.SweepRound). A failing step does not
+// stop the others; holders reaped before an error are still dispatched. When the holders
+// could not be read, no pod is judged and no counter reconciled. The error is the first
+// step's error.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var res Result
 	var errs []error
 
-	idle, err := s.store.ReapIdle(ctx, "")
-	s.dispatch(ctx, ReasonIdle, idle)
-	res.Idle = len(idle)
+	round, err := s.store.SweepRound(ctx)
+	s.dispatch(ctx, ReasonIdle, round.Idle)
+	res.Idle = len(round.Idle)
 	if err != nil {
 		errs = append(errs, err)
 	}
 
-	n, err := s.reapDeadPods(ctx)
+	n, err := s.reapDeadPods(ctx, round.Pods)
 	res.Pod = n
 	if err != nil {
 		errs = append(errs, err)
 	}
 
-	rr, err := s.store.Reconcile(ctx)
+	rr, err := s.store.ReconcileRound(ctx, round)
 	res.Reconcile = rr
 	// Corrected and recreated counters both had a wrong count; deleted ones are dormant
 	// documents no holder books any more.
@@ -210,11 +213,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 }
 
 // reapDeadPods reaps the holders of every holder pod that is dead.
-func (s *Sweeper) reapDeadPods(ctx context.Context) (int, error) {
-	pods, err := s.store.HolderPods(ctx)
-	if err != nil {
-		return 0, err
-	}
+func (s *Sweeper) reapDeadPods(ctx context.Context, pods []lease.PodRef) (int, error) {
 	n := 0
 	var first error
 	for _, p := range pods {
