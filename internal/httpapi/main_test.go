@@ -23,6 +23,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/openapitest"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -148,7 +149,7 @@ func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
 	e.svc = leasing.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
 		leasing.NewStaticTypes("tex", "mcp"), leasing.WithMetrics(e.metrics))
 	e.srv = httptest.NewServer(openapitest.Conformance(t, httpapi.NewHandler(e.svc, o.httpOpts...)))
-	t.Cleanup(e.srv.Close)
+	t.Cleanup(func() { waitfor.Do(t, "the test server to close (its handlers to return)", e.srv.Close) })
 	return e
 }
 

@@ -37,7 +37,7 @@ func TestNoopLeaseHasNoStoreTraffic(t *testing.T) {
 	}
 	for name, r := range cases {
 		t.Run(name, func(t *testing.T) {
-			l, err := e.svc.Acquire(ctxT(t), r)
+			l, err := acquire(ctxT(t), e.svc, r)
 			if err != nil {
 				t.Fatalf("acquire: %v", err)
 			}
@@ -96,7 +96,7 @@ func TestBusyNamesTheFullLevel(t *testing.T) {
 			if len(first.Levels) != 4 || first.Levels[0].Level != lease.LevelUser || first.Levels[3].Level != lease.LevelGlobal {
 				t.Errorf("levels = %+v, want all four narrow to wide", first.Levels)
 			}
-			_, err := e.svc.Acquire(ctxT(t), tc.second)
+			_, err := acquire(ctxT(t), e.svc, tc.second)
 			b := asBusy(t, err)
 			want := lease.BusyError{Resource: "res-" + name, Level: tc.wantLevel, Scope: tc.wantScope, Count: 1, Cap: 1}
 			got := *b
@@ -123,7 +123,7 @@ func TestCapOneIsExclusive(t *testing.T) {
 		wg.Go(func() {
 			r := req("ws", "acme", "p", "u")
 			r.HolderRef = string(rune('a' + i))
-			l, err := e.svc.Acquire(ctxT(t), r)
+			l, err := acquire(ctxT(t), e.svc, r)
 			switch {
 			case err == nil:
 				won.Add(1)
@@ -142,7 +142,7 @@ func TestCapOneIsExclusive(t *testing.T) {
 	}
 	assertNoDrift(t, e.store)
 	tok := <-tokens
-	if _, err := e.svc.Acquire(ctxT(t), req("ws", "acme", "p", "u")); !errors.Is(err, lease.ErrBusy) {
+	if _, err := acquire(ctxT(t), e.svc, req("ws", "acme", "p", "u")); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire while held = %v, want busy", err)
 	}
 	if out, err := e.svc.Release(ctxT(t), tok); err != nil || out != leasing.ReleaseOK {
@@ -161,7 +161,7 @@ func TestWaitingSucceedsWhenASlotFrees(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "other"))
+		l, err := acquire(ctxT(t), e.svc, req("tex", "acme", "p", "other"))
 		done <- result{l, err}
 	}()
 	// Released once the acquisition waits (the gauge counts it), not after a guessed pause.
@@ -233,7 +233,7 @@ func TestWaitDeadline(t *testing.T) {
 			r := req("x", "acme", "p", "v")
 			r.Wait = tc.reqWait
 			start := time.Now()
-			_, err := e.svc.Acquire(ctx, r)
+			_, err := acquire(ctx, e.svc, r)
 			elapsed := time.Since(start)
 			b := asBusy(t, err)
 			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
@@ -262,7 +262,7 @@ func TestUnavailableFailsClosed(t *testing.T) {
 			envOpts{uri: "mongodb://127.0.0.1:1/?connectTimeoutMS=300", storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}})
 		ctx := ctxT(t)
 		start := time.Now()
-		_, err := e.svc.Acquire(ctx, req("x", "acme", "p", "u"))
+		_, err := acquire(ctx, e.svc, req("x", "acme", "p", "u"))
 		if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 			t.Fatalf("acquire with the store down = %v, want unavailable", err)
 		}
@@ -291,7 +291,7 @@ func TestUnavailableFailsClosed(t *testing.T) {
 	t.Run("definition unreadable", func(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "x", global: 3, ttlSeconds: 60}}, envOpts{})
 		e.source.fail(errors.New("apiserver gone"))
-		_, err := e.svc.Acquire(ctxT(t), req("x", "acme", "p", "u"))
+		_, err := acquire(ctxT(t), e.svc, req("x", "acme", "p", "u"))
 		var ue *definition.UnavailableError
 		if !errors.Is(err, lease.ErrUnavailable) || !errors.As(err, &ue) {
 			t.Fatalf("acquire with a broken layer = %v, want unavailable", err)
@@ -315,7 +315,7 @@ func TestInlineDefinition(t *testing.T) {
 		t.Errorf("inline lease = %+v", l)
 	}
 	r.Wait = waitFor(0)
-	if _, err := e.svc.Acquire(ctxT(t), r); !errors.Is(err, lease.ErrBusy) {
+	if _, err := acquire(ctxT(t), e.svc, r); !errors.Is(err, lease.ErrBusy) {
 		t.Errorf("second inline acquire = %v, want busy", err)
 	}
 	// Tenant IDs never become label values.
@@ -335,7 +335,7 @@ func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
 	e.listener.block = make(chan struct{}) // a slow handler must not hold up the acquisition
 	defer close(e.listener.block)
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
-	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); !errors.Is(err, lease.ErrBusy) {
+	if _, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v")); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire before the TTL = %v, want busy", err)
 	}
 	select {
@@ -346,7 +346,7 @@ func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
 	untilIdle(ctxT(t), t, e.store, stale.Token, time.Second) // on the server's clock
 
 	start := time.Now()
-	fresh, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v"))
+	fresh, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v"))
 	if err != nil {
 		t.Fatalf("acquire after the TTL = %v, want the idle holder swept", err)
 	}
@@ -378,7 +378,7 @@ func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}}, envOpts{noListener: true})
 	mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
 	// Waits past the TTL: a repeated sweep while waiting frees the slot.
-	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); err != nil {
+	if _, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire waiting past the idle TTL: %v", err)
 	}
 	if got := counter(e.metrics.Reap, metrics.ReapIdle); got != 1 {
@@ -399,7 +399,7 @@ func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}},
 		envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
-	if _, err := e.svc.Acquire(ctxT(t), req("idle", "acme", "p", "v")); err != nil {
+	if _, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire waiting past the idle TTL: %v", err)
 	}
 	if len(swept) == 0 || swept[0] != "idle" {
@@ -429,7 +429,7 @@ func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
 	ctx := ctxT(t)
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
 	untilIdle(ctx, t, e.store, stale.Token, time.Second)
-	if _, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v")); err != nil {
+	if _, err := acquire(ctx, e.svc, req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire with waitMs 0 after the relay freed the slot: %v", err)
 	}
 }
@@ -446,7 +446,7 @@ func TestSafetyTimerLooksAtTheNextIdleExpiry(t *testing.T) {
 	stale := mustAcquire(t, e.svc, req("idle", "acme", "p", "u"))
 	got := make(chan error, 1)
 	go func() {
-		_, err := e.svc.Acquire(ctx, req("idle", "acme", "p", "v"))
+		_, err := acquire(ctx, e.svc, req("idle", "acme", "p", "v"))
 		got <- err
 	}()
 	// Tried, swept (the holder still fresh), waiting on its timer.

@@ -30,7 +30,7 @@ type entries struct {
 
 func (e *entries) start(p *process, name string, id int) {
 	e.wg.Go(func() {
-		l, err := p.svc.Acquire(ctxT(e.t), podReq(name, id))
+		l, err := acquire(ctxT(e.t), p.svc, podReq(name, id))
 		if err != nil {
 			e.t.Errorf("waiter %d: %v", id, err)
 			return
@@ -113,7 +113,7 @@ func TestCapRaiseWakesWaiters(t *testing.T) {
 	errs := make(chan error, 2)
 	for i := 1; i <= 2; i++ {
 		go func() {
-			l, err := p.svc.Acquire(ctx, podReq("x", i))
+			l, err := acquire(ctx, p.svc, podReq("x", i))
 			if err != nil {
 				errs <- err
 				return

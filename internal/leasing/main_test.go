@@ -3,6 +3,7 @@ package leasing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -267,6 +268,40 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
+// stuckAfter is how long an acquisition may go on after its context ended before acquire
+// calls it stuck.
+const stuckAfter = 5 * time.Second
+
+// errStuck is acquire's error for an acquisition that did not return.
+var errStuck = errors.New("the acquisition did not return after its context ended")
+
+// acquire is svc.Acquire bounded by ctx: an acquisition still running stuckAfter after ctx
+// ended (a wait that ignores its context) returns errStuck, which the caller's check of the
+// error reports, instead of hanging the package until go test's timeout; its goroutine is
+// left behind. It reports nothing itself, so it is safe in goroutines that outlive a failed
+// test.
+func acquire(ctx context.Context, svc *leasing.Service, r leasing.Request) (leasing.Lease, error) {
+	type result struct {
+		l   leasing.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := svc.Acquire(ctx, r)
+		done <- result{l, err}
+	}()
+	stuck := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stuckAfter, func() { close(stuck) }) })
+	defer stop()
+	select {
+	case res := <-done:
+		return res.l, res.err
+	case <-stuck:
+		return leasing.Lease{}, fmt.Errorf("acquire %s for %s/%s/%s: still running %v after its context ended: %w",
+			r.Lease, r.Tenant, r.Project, r.User, stuckAfter, errStuck)
+	}
+}
+
 func req(name, tenant, project, user string) leasing.Request {
 	return leasing.Request{Type: "tex", Lease: name, Tenant: tenant, Project: project, User: user,
 		HolderRef: "job-1", Pod: lease.PodRef{Namespace: "ns", Name: "pod-a", UID: "uid-a"}, PodBound: true}
@@ -276,7 +311,7 @@ func waitFor(d time.Duration) *time.Duration { return &d }
 
 func mustAcquire(t testing.TB, svc *leasing.Service, r leasing.Request) leasing.Lease {
 	t.Helper()
-	l, err := svc.Acquire(ctxT(t), r)
+	l, err := acquire(ctxT(t), svc, r)
 	if err != nil {
 		t.Fatalf("acquire %s for %s/%s/%s: %v", r.Lease, r.Tenant, r.Project, r.User, err)
 	}

@@ -167,7 +167,7 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := e.svc.Acquire(ctxT(t), tc.req)
+			_, err := acquire(ctxT(t), e.svc, tc.req)
 			var inv *lease.InvalidError
 			if !errors.As(err, &inv) || !errors.Is(err, lease.ErrInvalid) {
 				t.Fatalf("acquire = %v, want *InvalidError", err)
@@ -244,7 +244,7 @@ func TestWaitingCosts(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "v"))
+		l, err := acquire(ctxT(t), e.svc, req("tex", "acme", "p", "v"))
 		done <- result{l, err}
 	}()
 	const looks = 5

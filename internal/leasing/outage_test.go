@@ -126,7 +126,7 @@ func TestStoreHangDuringTheWaitIsUnavailable(t *testing.T) {
 
 	// Freeze once the acquisition is in its waiting phase (its first round is over).
 	time.AfterFunc(400*time.Millisecond, proxy.freeze)
-	_, err = e.svc.Acquire(ctxT(t), req("x", "acme", "p", "waiter"))
+	_, err = acquire(ctxT(t), e.svc, req("x", "acme", "p", "waiter"))
 	proxy.thaw()
 	if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire while the store hangs mid-wait = %v, want unavailable", err)

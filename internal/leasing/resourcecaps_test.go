@@ -41,7 +41,7 @@ func TestTenantDocumentsCannotRaiseAResourcesGlobalCap(t *testing.T) {
 	for _, name := range []string{"browser", "mytex"} {
 		granted := 0
 		for i := range 10 {
-			_, err := e.svc.Acquire(ctxT(t), req(name, "acme", "web", fmt.Sprintf("user-%d", i)))
+			_, err := acquire(ctxT(t), e.svc, req(name, "acme", "web", fmt.Sprintf("user-%d", i)))
 			var busy *lease.BusyError
 			switch {
 			case err == nil:
@@ -62,7 +62,7 @@ func TestTenantDocumentsCannotRaiseAResourcesGlobalCap(t *testing.T) {
 	}
 	// Another tenant is not starved beyond the resource's own cap: nothing is left, and the
 	// diagnosis says 6 of 6.
-	_, err := e.svc.Acquire(ctxT(t), req("tex", "globex", "web", "bob"))
+	_, err := acquire(ctxT(t), e.svc, req("tex", "globex", "web", "bob"))
 	var busy *lease.BusyError
 	if !errors.As(err, &busy) || busy.Count != 6 || busy.Cap != 6 {
 		t.Errorf("globex's tex: error = %v, want busy at 6 of 6", err)

@@ -18,7 +18,7 @@ func TestWaitingGauge(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.svc.Acquire(ctxT(t), req("tex", "acme", "p", "other"))
+		_, err := acquire(ctxT(t), e.svc, req("tex", "acme", "p", "other"))
 		done <- err
 	}()
 	waitfor.Until(t, "the gauge counts the waiting acquisition", func() bool { return waiting() == 1 })

@@ -217,7 +217,7 @@ func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
 	for i := range 3 {
 		doomedWG.Go(func() {
 			r := podReq("hot", 100+i)
-			if l, err := doomed.svc.Acquire(ctxT(t), r); err == nil {
+			if l, err := acquire(ctxT(t), doomed.svc, r); err == nil {
 				_, _ = doomed.svc.Release(ctxT(t), l.Token)
 			}
 		})
@@ -230,7 +230,7 @@ func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
 			id := pi*perProcess + c
 			wg.Go(func() {
 				for range rounds {
-					l, err := p.svc.Acquire(ctxT(t), podReq("hot", id))
+					l, err := acquire(ctxT(t), p.svc, podReq("hot", id))
 					if err != nil {
 						t.Errorf("holder %d: %v", id, err)
 						return
@@ -248,7 +248,7 @@ func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 			defer cancel()
-			if l, err := p.svc.Acquire(ctx, podReq("hot", 200+pi)); err == nil {
+			if l, err := acquire(ctx, p.svc, podReq("hot", 200+pi)); err == nil {
 				_, _ = p.svc.Release(ctxT(t), l.Token)
 			} else if !errors.Is(err, lease.ErrBusy) {
 				t.Errorf("waiter that gave up: %v, want busy", err)
@@ -294,7 +294,7 @@ func TestLostWakeUpsCostOnlyTheSafetyTimer(t *testing.T) {
 	for i := range waiters {
 		wg.Go(func() {
 			p := ps[i%2]
-			l, err := p.svc.Acquire(ctxT(t), podReq("hot", 10+i))
+			l, err := acquire(ctxT(t), p.svc, podReq("hot", 10+i))
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -320,10 +320,10 @@ func TestWaiterPastItsDeadlineIsBusyWithTheDiagnosis(t *testing.T) {
 	p := ps[0]
 	mustAcquire(t, p.svc, podReq("x", 0))
 	errs := make(chan error, 2)
-	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errs <- err }()
+	go func() { _, err := acquire(ctxT(t), p.svc, podReq("x", 1)); errs <- err }()
 	// The second waiter starts once the first is blocked in the queue.
 	p.untilBlocked(t, "x")
-	go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 2)); errs <- err }()
+	go func() { _, err := acquire(ctxT(t), p.svc, podReq("x", 2)); errs <- err }()
 	for range 2 {
 		b := asBusy(t, waitfor.Receive(t, errs, "a waiter's answer"))
 		if b.Level != lease.LevelGlobal || b.Count != 1 || b.Cap != 1 || b.Waited < 800*time.Millisecond {
@@ -345,7 +345,7 @@ func TestFIFOWithinAProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 1; i <= waiters; i++ {
 		wg.Go(func() {
-			l, err := p.svc.Acquire(ctxT(t), podReq("x", i))
+			l, err := acquire(ctxT(t), p.svc, podReq("x", i))
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -450,7 +450,7 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 			p := ps[0]
 			mustAcquire(t, p.svc, podReq("x", 0))
 			errc := make(chan error, 1)
-			go func() { _, err := p.svc.Acquire(ctxT(t), podReq("x", 1)); errc <- err }()
+			go func() { _, err := acquire(ctxT(t), p.svc, podReq("x", 1)); errc <- err }()
 			p.untilBlocked(t, "x")
 			c.cutNow()
 			err := waitfor.Receive(t, errc, "the waiter's answer")
@@ -472,7 +472,7 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 	order := make(chan int, 8)
 	var wg sync.WaitGroup
 	acquire := func(p *process, id int) {
-		l, err := p.svc.Acquire(ctxT(t), podReq("x", id))
+		l, err := acquire(ctxT(t), p.svc, podReq("x", id))
 		if err != nil {
 			t.Errorf("waiter %d: %v", id, err)
 			return

@@ -21,6 +21,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/openapitest"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 	"github.com/vancetope/lease-operator/pkg/leaseclient"
 )
 
@@ -88,7 +89,7 @@ func newEnv(t *testing.T, o envOpts, clientOpts ...leaseclient.Option) *env {
 		h = o.wrap(h)
 	}
 	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { waitfor.Do(t, "the test server to close (its handlers to return)", srv.Close) })
 	c, err := leaseclient.New(srv.URL, clientOpts...)
 	if err != nil {
 		t.Fatal(err)

@@ -128,3 +128,16 @@ func Group(t testing.TB, wg *sync.WaitGroup, what string) {
 		t.Fatalf("waitfor: %s: not finished within %v", what, Bound)
 	}
 }
+
+// Do runs f (a close, a stop) and waits for it to return; it fails the test if f has not
+// returned by the deadline, leaving it running. For a cleanup that waits on code under test,
+// e.g. an httptest.Server's Close, which waits for every handler still running.
+func Do(t testing.TB, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	Closed(t, done, what)
+}
