@@ -147,7 +147,7 @@ func TestMonitoringDoesNotWaitForTheLock(t *testing.T) {
 }
 
 // TestSlowCommandsAreLogged: a command that holds the store longer than --slow-command is
-// logged with its name and collection; with the threshold at 0 nothing is.
+// logged with its name and collection (a getMore's too); with the threshold at 0 nothing is.
 func TestSlowCommandsAreLogged(t *testing.T) {
 	for _, tc := range []struct {
 		slow time.Duration
@@ -166,12 +166,26 @@ func TestSlowCommandsAreLogged(t *testing.T) {
 		c := connect(t, "mongodb://"+ln.Addr().String()+"/?directConnection=true")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := c.Database(t.Name()).Collection("slowlog").InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
+		coll := c.Database(t.Name()).Collection("slowlog")
+		if err := coll.Drop(ctx); err != nil { // the other case's documents
 			t.Fatal(err)
 		}
-		got := strings.Contains(log.String(), `msg="slow command" command=insert target=slowlog`)
-		if got != tc.want {
-			t.Errorf("threshold %v: insert logged as slow = %t, want %t; log:\n%s", tc.slow, got, tc.want, log.String())
+		if _, err := coll.InsertMany(ctx, []any{bson.D{{Key: "n", Value: 1}}, bson.D{{Key: "n", Value: 2}}}); err != nil {
+			t.Fatal(err)
+		}
+		cur, err := coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var docs []bson.M
+		if err := cur.All(ctx, &docs); err != nil || len(docs) != 2 { // the second comes by getMore
+			t.Fatalf("find: %v, %d documents", err, len(docs))
+		}
+		for _, cmd := range []string{"insert", "getMore"} {
+			got := strings.Contains(log.String(), `msg="slow command" command=`+cmd+` target=slowlog`)
+			if got != tc.want {
+				t.Errorf("threshold %v: %s logged as slow = %t, want %t; log:\n%s", tc.slow, cmd, got, tc.want, log.String())
+			}
 		}
 	}
 }

@@ -232,17 +232,23 @@ func (p *proxy) noteSlow(req []byte, start time.Time) {
 	}
 }
 
-// commandTarget is the value of req's first element (for most commands the collection), or "".
+// commandTarget is the collection req works on: its first element's value for most commands,
+// the collection field of a getMore (whose first element is the cursor's id), or "".
 func commandTarget(req []byte) string {
 	body, _, ok := sections(req)
 	if !ok {
 		return ""
 	}
-	v, err := bson.Raw(body).IndexErr(0)
+	doc := bson.Raw(body)
+	first, err := doc.IndexErr(0)
 	if err != nil {
 		return ""
 	}
-	s, _ := v.Value().StringValueOK()
+	if first.Key() == "getMore" {
+		s, _ := doc.Lookup("collection").StringValueOK()
+		return s
+	}
+	s, _ := first.Value().StringValueOK()
 	return s
 }
 
