@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"strings"
@@ -50,12 +51,12 @@ func TestManagerBinderNonPodCallers(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		_, err := managerBinder(tenants, f.allowNonPod)(host, "acme")
+		_, err := managerBinder(tenants, f.allowNonPod)(context.Background(), host, "acme")
 		if got := errors.Is(err, lease.ErrTenantForbidden); got != tc.wantErr {
 			t.Errorf("args %v: non-pod caller for acme = %v, want refused %v", tc.args, err, tc.wantErr)
 		}
 		// A pod is bound either way.
-		if _, err := managerBinder(tenants, f.allowNonPod)(tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "globex"); !errors.Is(err, lease.ErrTenantForbidden) {
+		if _, err := managerBinder(tenants, f.allowNonPod)(context.Background(), tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "globex"); !errors.Is(err, lease.ErrTenantForbidden) {
 			t.Errorf("args %v: acme pod for globex = %v, want TENANT_FORBIDDEN", tc.args, err)
 		}
 	}

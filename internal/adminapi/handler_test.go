@@ -416,7 +416,7 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	}
 	db := mongotest.DatabaseName(t)
 	var failDecrement leasestore.FaultFunc = func(step leasestore.Step, _ string) error {
-		if step == leasestore.StepHolderDeleted {
+		if step == leasestore.StepHolderReleased {
 			return errors.New("network cut after the delete")
 		}
 		return nil

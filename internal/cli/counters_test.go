@@ -29,7 +29,7 @@ func crashAt(step leasestore.Step) leasestore.FaultFunc {
 func driftSetup(t *testing.T) (testStore, lease.Holder) {
 	t.Helper()
 	s := newStore(t)
-	faulty := connect(t, s.uri, s.db, leasestore.WithFault(crashAt(leasestore.StepHolderDeleted)))
+	faulty := connect(t, s.uri, s.db, leasestore.WithFault(crashAt(leasestore.StepHolderReleased)))
 	h1 := mustAcquire(t, s.Store, request("r", "acme", "u", podA, caps(2, 2, 2, 2)))
 	h2 := mustAcquire(t, s.Store, request("r", "acme", "u", podA, caps(2, 2, 2, 2)))
 	if _, err := faulty.Release(context.Background(), h1.Token); !errors.Is(err, leasestore.ErrCrash) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vancetope/lease-operator/internal/httpapi"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -84,12 +85,12 @@ func TestTenantBinding(t *testing.T) {
 		})
 	}
 
-	// Before the tenant map has synced (a manager's namespace informer, an agent that has not
-	// reached its manager yet), the answer is 503 and says it is the tenant that is not known,
-	// not the store.
+	// When the tenant map does not sync within the binder's wait (a manager's namespace
+	// informer, an agent that cannot reach its manager), the answer is 503 and says it is the
+	// tenant that is not known, not the store.
 	t.Run("a pod whose tenant is not known yet", func(t *testing.T) {
 		opts := []httpapi.Option{httpapi.WithPodIdentity(httpapi.StaticPodIdentity(acmePod)),
-			httpapi.WithTenantBinder(tenancy.Binder{Map: unsynced{tenants}, NonPod: tenancy.NonPodRefused}.Bind)}
+			httpapi.WithTenantBinder(tenancy.Binder{Map: unsynced{tenants}, NonPod: tenancy.NonPodRefused, SyncWait: 50 * time.Millisecond}.Bind)}
 		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: opts})
 		status, out := e.do(t, http.MethodPost, "/v1/leases", fmt.Sprintf(named, "acme"))
 		msg, _ := out["message"].(string)

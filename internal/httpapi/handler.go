@@ -7,6 +7,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -41,8 +42,8 @@ type PodIdentity func(*http.Request) (lease.PodRef, error)
 // found, zero for no pod; addr the source address) and the tenant the body named, empty when
 // it named none. An error satisfying lease.ErrTenantForbidden is answered 403, one satisfying
 // lease.ErrUnavailable 503; nothing is written for either (docs/tenancy.md, "Who may acquire
-// for a tenant"). tenancy.Binder.Bind is the implementation.
-type TenantBinder func(caller tenancy.Caller, requested string) (string, error)
+// for a tenant"). ctx is the request's. tenancy.Binder.Bind is the implementation.
+type TenantBinder func(ctx context.Context, caller tenancy.Caller, requested string) (string, error)
 
 // Option configures the handler.
 type Option func(*handler)
@@ -129,7 +130,7 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 		req.Pod = pod
 	}
 	if h.binder != nil {
-		tenant, err := h.binder(tenancy.Caller{Pod: req.Pod, Addr: remoteHost(r)}, req.Tenant)
+		tenant, err := h.binder(r.Context(), tenancy.Caller{Pod: req.Pod, Addr: remoteHost(r)}, req.Tenant)
 		if err != nil {
 			writeError(w, r, err)
 			return

@@ -108,6 +108,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 		Payload:    req.Payload,
 		TTLSeconds: req.TTL.Seconds(),
 		Levels:     []string{},
+		IncKey:     levels[0].key,
 	}
 	if doc.Payload == nil {
 		doc.Payload = map[string]string{}
@@ -116,7 +117,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 		return lease.Holder{}, err
 	}
 	if err := s.fault(StepHolderCreated, token); err != nil {
-		return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+req.Resource, err))
+		return lease.Holder{}, s.abandon(ctx, token, nil, unavailable("acquiring "+req.Resource, err))
 	}
 	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL}
 	return f.from(ctx, 0)
@@ -139,12 +140,12 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 		l := b.levels[i]
 		ok, count, err := s.increment(ctx, l, resource, b.doc.Tenant)
 		if err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, nil, false, err)
+			return lease.Holder{}, s.abandon(ctx, token, nil, err)
 		}
 		if !ok {
 			busy := &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
 			if b.waitTTL <= 0 {
-				return lease.Holder{}, s.abandon(ctx, token, nil, false, busy)
+				return lease.Holder{}, s.abandonAt(ctx, token, nil, l.key, busy)
 			}
 			claimed, err := b.wait(ctx, l, busy)
 			if err != nil || !claimed {
@@ -156,32 +157,46 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 			continue
 		}
 		if err := s.fault(StepCounterIncremented, l.key); err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, false, unavailable("acquiring "+resource, err))
+			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, unavailable("acquiring "+resource, err))
 		}
-		last := i == len(b.levels)-1
-		update := bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}}
-		if last {
-			update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StateHeld)}}})
+		state := lease.StatePending
+		if i == len(b.levels)-1 {
+			state = lease.StateHeld
 		}
-		res, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: token}}, update)
+		update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
+		res, err := s.holders.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}}, update)
 		if err != nil {
-			// The push may or may not have been applied: the key is decremented only if
-			// this attempt still deletes the holder.
-			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, true, unavailable("booking "+l.key, err))
+			// The push may or may not have been applied: the key is given back only if
+			// this attempt still releases the holder.
+			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, unavailable("booking "+l.key, err))
 		}
 		if res.MatchedCount == 0 {
-			// A reaper deleted the holder (and gave back its pushed levels) between two
-			// steps; the key incremented just now is known to nobody else.
-			lost := unavailable("acquiring "+resource, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
-			return lease.Holder{}, errors.Join(lost, s.giveBack(ctx, []string{l.key}))
+			// A reaper released the holder (and gave back its pushed levels) between two
+			// steps; the slot incremented just now is counted by no holder: Heal frees it.
+			s.healAfter(ctx, l.key)
+			return lease.Holder{}, unavailable("acquiring "+resource, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
 		}
 		b.doc.Levels = append(b.doc.Levels, l.key)
 		if err := s.fault(StepLevelPushed, l.key); err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, nil, false, unavailable("acquiring "+resource, err))
+			return lease.Holder{}, s.abandon(ctx, token, nil, unavailable("acquiring "+resource, err))
 		}
 	}
 	b.doc.State = string(lease.StateHeld)
 	return b.doc.holder(), nil
+}
+
+// booking is the $set (and $unset) of the write that records level i of the funnel on the
+// holder: its new state, and the next level as the counter it increments next (IncKey), or no
+// IncKey after the last level.
+func (b *funnelRun) booking(i int, state lease.HolderState) bson.D {
+	set := bson.D{{Key: "state", Value: string(state)}}
+	if i+1 < len(b.levels) {
+		b.doc.IncKey = b.levels[i+1].key
+		return bson.D{{Key: "$set", Value: append(set, bson.E{Key: "incKey", Value: b.doc.IncKey})}}
+	}
+	b.doc.IncKey = ""
+	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}}
 }
 
 // createHolder writes the PENDING holder by upsert, so that acquiredAt and lastSeenAt are
@@ -202,6 +217,7 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 		{Key: "payload", Value: doc.Payload},
 		{Key: "ttlSeconds", Value: doc.TTLSeconds},
 		{Key: "levels", Value: doc.Levels},
+		{Key: "incKey", Value: doc.IncKey},
 	}
 	update := bson.D{
 		{Key: "$setOnInsert", Value: set},
@@ -230,10 +246,7 @@ const incrementAttempts = 3
 // upsert means a concurrent first use created it: that is "exists", never busy.
 func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string) (ok bool, count int, err error) {
 	filter := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}
-	update := bson.D{
-		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-	}
+	update := countBy(1)
 	for range incrementAttempts {
 		res, err := s.counters.UpdateOne(ctx, filter, update)
 		if err != nil {
@@ -276,6 +289,7 @@ func (s *Store) createCounter(ctx context.Context, l funnelLevel, resource, tena
 			{Key: "scope", Value: l.scope},
 			{Key: "tenant", Value: counterTenant},
 			{Key: "count", Value: 0},
+			{Key: "rev", Value: 0},
 		}},
 		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
 	}
@@ -284,6 +298,16 @@ func (s *Store) createCounter(ctx context.Context, l funnelLevel, resource, tena
 		return unavailable("creating counter "+l.key, err)
 	}
 	return nil
+}
+
+// countBy is the update that moves a counter's count by n: its rev goes up with it, and its
+// updatedAt is the server's time.
+func countBy(n int, more ...bson.E) bson.D {
+	u := bson.D{
+		{Key: "$inc", Value: bson.D{{Key: "count", Value: n}, {Key: "rev", Value: 1}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+	}
+	return append(u, more...)
 }
 
 func (s *Store) count(ctx context.Context, key string) (int, error) {
@@ -298,13 +322,19 @@ func (s *Store) count(ctx context.Context, key string) (int, error) {
 	return c.Count, nil
 }
 
-// abandon rolls back a failed attempt: it deletes the holder and, only if it was the one
-// that deleted it, decrements the levels the holder had registered plus the keys
-// incremented but not (surely) pushed. If a reaper deleted the holder first, the reaper
-// decremented the registered levels; pending keys whose push failed definitively are
-// decremented here, ambiguous ones (ambiguous=true) are left to reconcile. A simulated crash
-// abandons nothing. It returns cause, or the rollback's own error joined to it.
-func (s *Store) abandon(ctx context.Context, token string, pending []string, ambiguous bool, cause error) error {
+// abandon rolls back a failed attempt: it releases the holder and, only if it was the one
+// that released it, gives back the levels the holder had registered plus the keys incremented
+// but not (surely) pushed. If a reaper released the holder first, the reaper gave back the
+// registered levels; a pending key, which no holder counts any more, is left to Heal (asked
+// here). A simulated crash abandons nothing. It returns cause, or the rollback's own error
+// joined to it.
+func (s *Store) abandon(ctx context.Context, token string, pending []string, cause error) error {
+	return s.abandonAt(ctx, token, pending, "", cause)
+}
+
+// abandonAt is abandon of an attempt whose last increment, of the counter settled, was
+// refused: that counter needs no Heal.
+func (s *Store) abandonAt(ctx context.Context, token string, pending []string, settled string, cause error) error {
 	if errors.Is(cause, ErrCrash) {
 		return cause
 	}
@@ -312,24 +342,14 @@ func (s *Store) abandon(ctx context.Context, token string, pending []string, amb
 	// slot for a whole TTL.
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	var doc holderDoc
-	err := s.holders.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: token}}).Decode(&doc)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		if !ambiguous && len(pending) > 0 {
-			if derr := s.giveBack(ctx, pending); derr != nil {
-				return errors.Join(cause, derr)
-			}
+	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, pending, settled)
+	if !ok && err == nil {
+		for _, k := range pending {
+			s.healAfter(ctx, k)
 		}
-		return cause
-	case err != nil:
-		return errors.Join(cause, unavailable("rolling back holder "+token, err))
 	}
-	if ferr := s.fault(StepHolderDeleted, token); ferr != nil {
-		return errors.Join(cause, unavailable("rolling back holder "+token, ferr))
-	}
-	if derr := s.giveBack(ctx, union(doc.booked(), pending)); derr != nil {
-		return errors.Join(cause, derr)
+	if err != nil {
+		return errors.Join(cause, err)
 	}
 	return cause
 }

@@ -14,10 +14,12 @@ import (
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 )
 
-// roundTrips counts the commands a store sends (one per round trip).
-type roundTrips struct{ n atomic.Int64 }
+// roundTrips counts the commands a store sends (one per round trip): n on the callers' path,
+// off those it sends with no caller waiting (the batched deletes of release marks).
+type roundTrips struct{ n, off atomic.Int64 }
 
-func (r *roundTrips) observe(string) { r.n.Add(1) }
+func (r *roundTrips) observe(string)        { r.n.Add(1) }
+func (r *roundTrips) observeOffPath(string) { r.off.Add(1) }
 
 func benchStore(b *testing.B, db string, rt *roundTrips) *leasestore.Store {
 	b.Helper()
@@ -27,13 +29,14 @@ func benchStore(b *testing.B, db string, rt *roundTrips) *leasestore.Store {
 	}
 	opts := []leasestore.Option{}
 	if rt != nil {
-		opts = append(opts, leasestore.WithCommandObserver(rt.observe))
+		opts = append(opts, leasestore.WithCommandObserver(rt.observe), leasestore.WithOffPathObserver(rt.observeOffPath))
 	}
 	return newStoreAt(b, uri, db, opts...)
 }
 
 // BenchmarkUncontended measures acquire, check and release at 1 to 4 levels, in store round
-// trips per operation (targets: acquire <= 2L+2, release <= L+1) and time.
+// trips per operation (targets: acquire <= 2L+2, release <= L+1) and time; offpath-rt is the
+// round trips the store sent with no caller waiting, per release.
 func BenchmarkUncontended(b *testing.B) {
 	all := allCaps(1<<20, 1<<20, 1<<20, 1<<20)
 	for levels := 1; levels <= 4; levels++ {
@@ -49,6 +52,7 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 			var acquireRT, checkRT, releaseRT int64
 			var acquireNs, releaseNs int64
+			off0 := rt.off.Load()
 			b.ResetTimer()
 			for b.Loop() {
 				n0 := rt.n.Load()
@@ -77,6 +81,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.ReportMetric(float64(acquireRT)/n, "acquire-rt/op")
 			b.ReportMetric(float64(checkRT)/n, "check-rt/op")
 			b.ReportMetric(float64(releaseRT)/n, "release-rt/op")
+			b.ReportMetric(float64(rt.off.Load()-off0)/n, "offpath-rt/op")
 			b.ReportMetric(float64(acquireNs)/n/1e6, "acquire-ms/op")
 			b.ReportMetric(float64(releaseNs)/n/1e6, "release-ms/op")
 		})

@@ -104,7 +104,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 	var forceCrash atomic.Bool
 	var releasing sync.Map // tokens whose Release is running (not rollbacks, not reaps)
 	fault := func(step leasestore.Step, token string) error {
-		if _, ok := releasing.Load(token); !ok || step != leasestore.StepHolderDeleted {
+		if _, ok := releasing.Load(token); !ok || step != leasestore.StepHolderReleased {
 			return nil
 		}
 		switch n := rand.IntN(100); {

@@ -107,7 +107,7 @@ func TestCrashBetweenIncrementAndPush(t *testing.T) {
 
 func TestCrashBetweenDeleteAndDecrement(t *testing.T) {
 	const margin = 500 * time.Millisecond
-	faulty, clean := pair(t, margin, crashAt(leasestore.StepHolderDeleted, "", leasestore.ErrCrash))
+	faulty, clean := pair(t, margin, crashAt(leasestore.StepHolderReleased, "", leasestore.ErrCrash))
 	h := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(1, 1, 1, 1)))
 
 	if _, err := faulty.Release(context.Background(), h.Token); !errors.Is(err, leasestore.ErrCrash) {
@@ -186,7 +186,7 @@ func TestReconcileCorrectsAndRecreates(t *testing.T) {
 	db := mongotest.DatabaseName(t)
 	clean := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0))
 	faulty := newStoreAt(t, uri, db, leasestore.WithSafetyMargin(margin),
-		leasestore.WithFault(crashAt(leasestore.StepHolderDeleted, "", leasestore.ErrCrash)))
+		leasestore.WithFault(crashAt(leasestore.StepHolderReleased, "", leasestore.ErrCrash)))
 	// Crash after deleting the first of two holders: the counters read 2 with 1 booked.
 	h1 := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(2, 2, 2, 2)))
 	h2 := mustAcquire(t, clean, request("r", "acme", "p", "u", allCaps(2, 2, 2, 2)))
@@ -421,7 +421,7 @@ func TestReconcileDuringReleaseDoesNotTakeTheSlotTwice(t *testing.T) {
 	var clean *leasestore.Store
 	var passes []leasestore.ReconcileResult
 	reconcileInTheWindow := func(step leasestore.Step, _ string) error {
-		if step == leasestore.StepHolderDeleted {
+		if step == leasestore.StepHolderReleased {
 			for range 2 {
 				res, err := clean.Reconcile(context.Background())
 				if err != nil {
@@ -471,7 +471,7 @@ func TestReapReturnsHoldersWhoseDecrementFailed(t *testing.T) {
 	for name, op := range cases {
 		t.Run(name, func(t *testing.T) {
 			failDecrement := errors.New("decrement lost")
-			faulty, clean := pair(t, time.Hour, crashAt(leasestore.StepHolderDeleted, "", failDecrement))
+			faulty, clean := pair(t, time.Hour, crashAt(leasestore.StepHolderReleased, "", failDecrement))
 			ctx := ctxT(t)
 			req := request("r", "acme", "p", "u", allCaps(5, 5, 5, 5))
 			req.Pod, req.TTL = pod, time.Second

@@ -61,37 +61,75 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 	return nil
 }
 
-// Release gives a lease back: findOneAndDelete on the holder, then one decrement of all its
-// registered levels. Only the deleter decrements, so release is idempotent and safe against
-// a concurrent reap; released is false when the holder was already gone.
+// Release gives a lease back: the holder is released (releaseHolder) and its levels given
+// back. Only the one that released the holder gives its slots back, so release is idempotent
+// and safe against a concurrent reap; released is false when the holder was already gone.
 func (s *Store) Release(ctx context.Context, token string) (released bool, err error) {
-	_, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: token}})
+	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil, "")
 	return ok, err
 }
 
-// deleteHolder deletes one holder matching filter and, having deleted it, decrements its
-// levels. ok is false when nothing matched. It runs to its end whatever the caller's context
-// (bounded by the operation timeout): a delete cut mid-flight may still apply, and its slots
-// must come back.
-func (s *Store) deleteHolder(ctx context.Context, filter bson.D) (lease.Holder, bool, error) {
+// releaseHolder releases one holder matching filter and gives back what it booked, in two
+// writes on the caller's path: the holder is marked released (a findAndModify answering the
+// holder as it was; from then on it answers as gone everywhere), and its slots go to the next
+// waiters or back to their counters (giveBack), together with extra (keys incremented for it
+// but not recorded). The mark is deleted afterwards, off the path (marks.go). While the mark
+// lives Heal counts the holder's slots as booked, so a
+// give-back in flight is never mistaken for a slot nobody holds; a mark left by a crash expires
+// an operation timeout after it was written (the longest a give-back can take) and is deleted
+// by the next sweep.
+//
+// A holder that named a counter it was about to increment (IncKey) may have left a slot there
+// that no holder counts once it is gone: Heal frees it, here, after the delete. settled names
+// an IncKey known not to have been incremented (a refused attempt), which needs no Heal.
+//
+// filter gets "not released" added unless it has a condition on state of its own (which
+// must then leave released holders out). ok is false when nothing matched. It runs to its end
+// whatever the caller's context (bounded by the operation timeout): a write cut mid-flight may
+// still apply, and its slots must come back.
+func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string, settled string) (lease.Holder, bool, error) {
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
+	if !slices.ContainsFunc(filter, func(e bson.E) bool { return e.Key == "state" }) {
+		filter = append(slices.Clip(filter), notReleased)
+	}
 	var doc holderDoc
-	err := s.holders.FindOneAndDelete(ctx, filter).Decode(&doc)
+	err := s.holders.FindOneAndUpdate(ctx, filter, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: stateReleased}, {Key: "ttlSeconds", Value: s.cfg.opTimeout.Seconds()}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
+	}).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return lease.Holder{}, false, nil
 	case err != nil:
-		return lease.Holder{}, false, unavailable("deleting holder", err)
+		return lease.Holder{}, false, unavailable("releasing holder", err)
 	}
-	if err := s.fault(StepHolderDeleted, doc.ID); err != nil {
-		return doc.holder(), true, unavailable("deleting holder "+doc.ID, err)
+	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
+		return doc.holder(), true, unavailable("releasing holder "+doc.ID, err)
 	}
-	if err := s.giveBack(ctx, doc.booked()); err != nil {
+	keys := union(doc.booked(), extra)
+	if err := s.giveBack(ctx, keys); err != nil {
 		return doc.holder(), true, err
+	}
+	if k := doc.IncKey; k != "" && k != settled && !slices.Contains(keys, k) {
+		// Heal counts the mark's keys as maybe booked: the mark goes first.
+		if err := s.deleteMark(ctx, doc.ID); err != nil {
+			return doc.holder(), true, err
+		}
+		s.healAfter(ctx, k)
+	} else if !s.dropMark(doc.ID) {
+		if err := s.deleteMark(ctx, doc.ID); err != nil {
+			return doc.holder(), true, err
+		}
 	}
 	return doc.holder(), true, nil
 }
+
+// notReleased leaves out the holders being released (releaseHolder).
+var notReleased = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: stateReleased}}}
+
+// liveLease selects the leases among the holders: neither waiting in a line nor being released.
+var liveLease = bson.E{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{string(lease.StateWaiting), stateReleased}}}}
 
 // ReapIdle deletes the holders of resource ("" for all) whose lastSeenAt + TTL lies before
 // the server's now, decrementing their counters, and returns them so that a dispatcher can
@@ -131,11 +169,14 @@ func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, erro
 	var expired []idleCandidate
 	var next time.Time
 	err = eachDoc(ctx, s, s.holders, "reading holders", filter,
-		bson.D{{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1}}, nil,
+		bson.D{
+			{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1},
+			{Key: "state", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "incKey", Value: 1},
+		}, nil,
 		func(c holderDoc) error {
 			switch at := c.idleAt(); {
 			case at.Before(now):
-				expired = append(expired, idleCandidate{id: c.ID, lastSeen: c.LastSeenAt})
+				expired = append(expired, candidate(c))
 			case next.IsZero() || at.Before(next):
 				next = at
 			}
@@ -211,20 +252,20 @@ func (s *Store) RevokePod(ctx context.Context, namespace, name string) ([]lease.
 // Revoke deletes one holder by token; with a tenant, only a holder of that tenant (the
 // tenant binding is in the delete filter). ok is false when nothing matched.
 func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder, bool, error) {
-	filter := bson.D{{Key: "_id", Value: token}, notWaiting}
+	filter := bson.D{{Key: "_id", Value: token}, liveLease}
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
 	}
-	return s.deleteHolder(ctx, filter)
+	return s.releaseHolder(ctx, filter, nil, "")
 }
 
 // RevokeByID is Revoke by the public holder ID (docs/live-api.md, "Holder IDs").
 func (s *Store) RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error) {
-	filter := bson.D{{Key: "pid", Value: id}, notWaiting}
+	filter := bson.D{{Key: "pid", Value: id}, liveLease}
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
 	}
-	return s.deleteHolder(ctx, filter)
+	return s.releaseHolder(ctx, filter, nil, "")
 }
 
 // deleteAll deletes, one by one, the holders matching filter, and returns those it deleted,
@@ -236,7 +277,7 @@ func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, e
 	}
 	var out []lease.Holder
 	for _, d := range docs {
-		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: d.ID}})
+		h, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: d.ID}}, nil, "")
 		// Deleted is revoked, even when giving its slots back failed (they are healed); a
 		// waiter of the pod was no lease.
 		if ok && h.State != lease.StateWaiting {
@@ -256,7 +297,7 @@ func (s *Store) GetHolder(ctx context.Context, token string) (lease.Holder, erro
 	var doc holderDoc
 	err := s.holders.FindOne(ctx, bson.D{{Key: "_id", Value: token}}).Decode(&doc)
 	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
+	case errors.Is(err, mongo.ErrNoDocuments), err == nil && doc.State == stateReleased:
 		return lease.Holder{}, fmt.Errorf("holder %s: %w", token, lease.ErrLost)
 	case err != nil:
 		return lease.Holder{}, unavailable("reading holder", err)
@@ -269,7 +310,7 @@ func (s *Store) GetHolderByID(ctx context.Context, id string) (lease.Holder, err
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var doc holderDoc
-	err := s.holders.FindOne(ctx, bson.D{{Key: "pid", Value: id}}).Decode(&doc)
+	err := s.holders.FindOne(ctx, bson.D{{Key: "pid", Value: id}, notReleased}).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return lease.Holder{}, fmt.Errorf("holder %s: %w", id, lease.ErrLost)
@@ -285,9 +326,11 @@ func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder
 	if err != nil {
 		return nil, err
 	}
-	out := make([]lease.Holder, len(docs))
-	for i, d := range docs {
-		out[i] = d.holder()
+	out := make([]lease.Holder, 0, len(docs))
+	for _, d := range docs {
+		if d.State != stateReleased {
+			out = append(out, d.holder())
+		}
 	}
 	sortHolders(out)
 	return out, nil
@@ -322,9 +365,11 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 		docs = docs[:limit]
 		next = docs[limit-1].holder().ID
 	}
-	holders = make([]lease.Holder, len(docs))
-	for i, d := range docs {
-		holders[i] = d.holder()
+	holders = make([]lease.Holder, 0, len(docs))
+	for _, d := range docs {
+		if d.State != stateReleased { // being released: gone already (the page may come out short)
+			holders = append(holders, d.holder())
+		}
 	}
 	return holders, next, nil
 }

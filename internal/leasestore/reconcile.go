@@ -137,6 +137,7 @@ func (s *Store) correctCounter(ctx context.Context, c counterDoc, want int, acti
 	}
 	r, err := s.counters.UpdateOne(ctx, cas, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},
+		{Key: "$inc", Value: bson.D{{Key: "rev", Value: 1}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
 	})
 	if err != nil {
@@ -203,13 +204,16 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 	if f.Tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
-	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}}
+	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1}}
 	if refs {
 		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
 	}
 	out := map[string]*booking{}
 	err := eachDoc(ctx, s, s.holders, "reading holders", filter, projection, nil,
 		func(d holderDoc) error {
+			if d.State == stateReleased {
+				return nil // being released: its slots are on their way back
+			}
 			for _, k := range d.booked() {
 				b := out[k]
 				if b == nil {

@@ -52,10 +52,14 @@ func (s *Store) SweepRound(ctx context.Context) (Round, error) {
 		bson.D{
 			{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1},
 			{Key: "pod", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1},
+			{Key: "state", Value: 1}, {Key: "incKey", Value: 1},
 		}, nil,
 		func(d holderDoc) error {
 			if d.idleAt().Before(now) {
-				expired = append(expired, idleCandidate{id: d.ID, lastSeen: d.LastSeenAt})
+				expired = append(expired, candidate(d))
+			}
+			if d.State == stateReleased {
+				return nil // gone already: neither a pod's holder nor a booking
 			}
 			p := lease.PodRef{Namespace: d.Pod.Namespace, Name: d.Pod.Name, UID: d.Pod.UID}
 			if !seen[p] {
@@ -91,6 +95,9 @@ func (s *Store) ReconcileRound(ctx context.Context, r Round) (ReconcileResult, e
 type idleCandidate struct {
 	id       string
 	lastSeen time.Time
+	// released: a release mark (releaseHolder) whose process died; keys: the counters it names.
+	released bool
+	keys     []string
 }
 
 // idleAt is when the holder goes idle: its last sign of life plus its TTL.
@@ -98,14 +105,22 @@ func (d holderDoc) idleAt() time.Time {
 	return d.LastSeenAt.Add(time.Duration(d.TTLSeconds * float64(time.Second)))
 }
 
-// reapExpired deletes each candidate that is still as read, giving back its slots, and
-// returns the leases among them; on an error, those deleted so far (the one whose give-back
-// failed included).
+// reapExpired releases each candidate that is still as read, giving back its slots, and
+// returns the leases among them; on an error, those released so far (the one whose give-back
+// failed included). A candidate that is a release mark left by a crash (its give-back has had
+// an operation timeout to end) is deleted, and the counters it named are healed: whatever of
+// its give-back did not happen is a slot that no holder counts any more.
 func (s *Store) reapExpired(ctx context.Context, expired []idleCandidate) ([]lease.Holder, error) {
 	var reaped []lease.Holder
 	for _, c := range expired {
-		h, ok, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "lastSeenAt", Value: c.lastSeen}})
-		// Deleted is reaped, even when giving its slots back failed (they are healed). A
+		if c.released {
+			if err := s.dropReleased(ctx, c); err != nil {
+				return reaped, err
+			}
+			continue
+		}
+		h, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "lastSeenAt", Value: c.lastSeen}}, nil, "")
+		// Released is reaped, even when giving its slots back failed (they are healed). A
 		// waiter whose renewals stopped was no lease: nobody is told.
 		if ok && h.State != lease.StateWaiting {
 			reaped = append(reaped, h)
@@ -115,4 +130,37 @@ func (s *Store) reapExpired(ctx context.Context, expired []idleCandidate) ([]lea
 		}
 	}
 	return reaped, nil
+}
+
+// dropReleased deletes an expired release mark and heals the counters it named.
+func (s *Store) dropReleased(ctx context.Context, c idleCandidate) error {
+	dctx, cancel := s.bound(ctx)
+	defer cancel()
+	res, err := s.holders.DeleteOne(dctx, bson.D{{Key: "_id", Value: c.id}, {Key: "state", Value: stateReleased}, {Key: "lastSeenAt", Value: c.lastSeen}})
+	if err != nil {
+		return unavailable("deleting released holder", err)
+	}
+	if res.DeletedCount == 1 {
+		for _, k := range c.keys {
+			s.healAfter(ctx, k)
+		}
+	}
+	return nil
+}
+
+// candidate is the idle candidate d (released: a release mark, with the counters it names).
+func candidate(d holderDoc) idleCandidate {
+	c := idleCandidate{id: d.ID, lastSeen: d.LastSeenAt}
+	if d.State == stateReleased {
+		c.released = true
+		c.keys = union(d.booked(), nonEmpty(d.IncKey))
+	}
+	return c
+}
+
+func nonEmpty(k string) []string {
+	if k == "" {
+		return nil
+	}
+	return []string{k}
 }

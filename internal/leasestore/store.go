@@ -44,9 +44,9 @@ const (
 	StepCounterIncremented Step = "counter-incremented"
 	// StepLevelPushed: after a key was pushed to the holder, before the next level.
 	StepLevelPushed Step = "level-pushed"
-	// StepHolderDeleted: after a holder was deleted (release, rollback, reap, revoke),
-	// before its slots are given back.
-	StepHolderDeleted Step = "holder-deleted"
+	// StepHolderReleased: after a holder was marked released (release, rollback, reap,
+	// revoke, a waiter leaving), before its slots are given back and the mark is deleted.
+	StepHolderReleased Step = "holder-released"
 	// StepQueued: after a holder entered a full level's line, before it tries the level
 	// once more.
 	StepQueued Step = "queued"
@@ -72,11 +72,11 @@ type config struct {
 	safetyMargin time.Duration
 	// confirm < 0 means the default: twice the operation timeout.
 	confirm time.Duration
-	// healConfirm < 0 means the default: the operation timeout.
-	healConfirm  time.Duration
-	fault        FaultFunc
-	observe      func(command string)
-	observeReply func(command string, docs int)
+	fault   FaultFunc
+	observe func(command string)
+	// observeOffPath: see WithOffPathObserver.
+	observeOffPath func(command string)
+	observeReply   func(command string, docs int)
 	// grantHook and publish: see events.go.
 	grantHook GrantFunc
 	publish   bool
@@ -96,18 +96,20 @@ func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safet
 // any decrement still in flight).
 func WithReconcileConfirm(d time.Duration) Option { return func(c *config) { c.confirm = d } }
 
-// WithHealConfirm sets how long Heal waits between two sightings of the same excess before
-// it lowers a counter (default: the operation timeout, within which every acquisition and
-// release in flight at the first sighting has ended).
-func WithHealConfirm(d time.Duration) Option { return func(c *config) { c.healConfirm = d } }
-
 // WithFault installs a fault hook (tests only).
 func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
 
-// WithCommandObserver calls f with the name of every command sent to the server (one call
-// per round trip); used by the benchmarks to count round trips.
+// WithCommandObserver calls f with the name of every command sent to the server on a
+// caller's path (one call per round trip); used by the benchmarks to count round trips.
 func WithCommandObserver(f func(command string)) Option {
 	return func(c *config) { c.observe = f }
+}
+
+// WithOffPathObserver calls f with the name of every command the store sends with no caller
+// waiting for it (the batched deletes of release marks, marks.go), which WithCommandObserver
+// leaves out; the benchmarks count both.
+func WithOffPathObserver(f func(command string)) Option {
+	return func(c *config) { c.observeOffPath = f }
 }
 
 // WithReplyObserver calls f with the name and the number of documents of every successful
@@ -134,24 +136,21 @@ type Store struct {
 	eventsReady   bool
 	eventsRetryAt time.Time
 
-	// mu guards lowering (counters seen above their booked holders by the last reconcile)
-	// and heals (the same, seen by Heal, per key).
+	// mu guards lowering (counters seen above their booked holders by the last reconcile).
 	mu       sync.Mutex
 	lowering map[string]lowering
-	heals    map[string]healSeen
 	// lined: when this store last saw a counter key with waiters (giveBack's hint).
 	lined map[string]time.Time
+	// marks deletes release marks off the callers' path (marks.go).
+	marks *markDropper
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
 // server; the first call fails with lease.ErrUnavailable when it cannot be reached.
 func Connect(uri, database string, opts ...Option) (*Store, error) {
-	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1, healConfirm: -1}
+	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1}
 	for _, o := range opts {
 		o(&cfg)
-	}
-	if cfg.healConfirm < 0 {
-		cfg.healConfirm = cfg.opTimeout
 	}
 	if cfg.confirm < 0 {
 		cfg.confirm = 2 * cfg.opTimeout
@@ -159,10 +158,18 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 	copts := options.Client().ApplyURI(uri).
 		SetServerSelectionTimeout(cfg.opTimeout).
 		SetConnectTimeout(cfg.opTimeout)
-	if cfg.observe != nil || cfg.observeReply != nil {
+	if cfg.observe != nil || cfg.observeOffPath != nil || cfg.observeReply != nil {
 		mon := &event.CommandMonitor{}
-		if observe := cfg.observe; observe != nil {
-			mon.Started = func(_ context.Context, e *event.CommandStartedEvent) { observe(e.CommandName) }
+		if observe, off := cfg.observe, cfg.observeOffPath; observe != nil || off != nil {
+			mon.Started = func(ctx context.Context, e *event.CommandStartedEvent) {
+				f := observe
+				if ctx.Value(offPath{}) != nil {
+					f = off
+				}
+				if f != nil {
+					f(e.CommandName)
+				}
+			}
 		}
 		if observe := cfg.observeReply; observe != nil {
 			mon.Succeeded = func(_ context.Context, e *event.CommandSucceededEvent) {
@@ -188,12 +195,14 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 	if cfg.publish {
 		s.startPublisher()
 	}
+	s.startMarkDropper()
 	return s, nil
 }
 
 // Close disconnects the client.
 func (s *Store) Close(ctx context.Context) error {
 	s.stopPublisher()
+	s.stopMarkDropper()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	return s.client.Disconnect(ctx)
@@ -302,6 +311,9 @@ type counterDoc struct {
 	Tenant    string    `bson:"tenant"`
 	Count     int       `bson:"count"`
 	UpdatedAt time.Time `bson:"updatedAt"`
+	// Rev goes up with every write of count, so that a compare-and-set on it (Heal) misses
+	// whenever the count moved in between, even back to the same value.
+	Rev int64 `bson:"rev,omitempty"`
 	// Lined: waiters line up at this counter (wait.go); a hint, not a record.
 	Lined bool `bson:"lined,omitempty"`
 }
@@ -345,7 +357,16 @@ type holderDoc struct {
 	// GrantKey: a slot of this counter was handed to the holder (giveBack) and is booked by it
 	// until the holder pushes the key to its levels.
 	GrantKey string `bson:"grantKey,omitempty"`
+	// IncKey: the counter this holder increments next, written before the increment and
+	// cleared (or moved to the next level) by the write that records the key in Levels. A
+	// holder that died in between names the counter that may carry its slot (Heal).
+	IncKey string `bson:"incKey,omitempty"`
 }
+
+// stateReleased marks a holder whose slots are being given back (release, rollback, reap,
+// revocation, a waiter leaving): it answers as gone everywhere, but still counts for Heal until
+// the give-back is done and the holder deleted (docs/waiting.md, "Crash windows").
+const stateReleased = "RELEASED"
 
 func (d holderDoc) holder() lease.Holder {
 	id := d.PID

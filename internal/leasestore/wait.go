@@ -63,19 +63,20 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 	if b.doc.QueuedAt.IsZero() { // a place is kept from level to level
 		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
 	}
+	// The increment of l was refused, so the holder stops naming it (IncKey).
 	res, err := s.holders.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}},
-		bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: dates}})
+		bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}, {Key: "$currentDate", Value: dates}})
 	switch {
 	case err != nil:
-		return false, s.abandon(ctx, token, nil, false, unavailable("queueing for "+l.key, err))
+		return false, s.abandon(ctx, token, nil, unavailable("queueing for "+l.key, err))
 	case res.MatchedCount == 0:
 		return false, unavailable("queueing for "+l.key, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
 	}
 	if err := s.fault(StepQueued, l.key); err != nil {
-		return false, s.abandon(ctx, token, nil, false, unavailable("queueing for "+l.key, err))
+		return false, s.abandon(ctx, token, nil, unavailable("queueing for "+l.key, err))
 	}
-	b.doc.State, b.doc.WaitKey = string(lease.StateWaiting), l.key
+	b.doc.State, b.doc.WaitKey, b.doc.IncKey = string(lease.StateWaiting), l.key, ""
 	waiting := &WaitingError{Busy: busy, Token: token}
 	ok, err := b.claim(ctx, l)
 	if err != nil {
@@ -88,10 +89,10 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 }
 
 // claim takes a free slot of l for a holder waiting at it: the level is marked lined and
-// read, and only with room comes the conditional increment, then
-// the holder leaves the line with the key booked (HELD if l is its last level). A holder
-// that left the line meanwhile (a slot was handed to it, or it was reaped) gives the slot
-// it just took back.
+// read, and only with room does the holder name l as the counter it increments (IncKey), then
+// comes the conditional increment, then the holder leaves the line with the key booked (HELD if
+// l is its last level). A holder that left the line meanwhile (a slot was handed to it, or it
+// was reaped) counts the slot it just took nowhere: Heal frees it.
 func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
 	s, token := b.store, b.doc.ID
 	// Mark the level lined (giveBack then hands its slots over) and see whether it has room.
@@ -109,40 +110,70 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
 	if c.Count >= l.Cap {
 		return false, nil
 	}
-	res, err := s.counters.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}})
+	inLine := bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}}
+	res, err := s.holders.UpdateOne(ctx, inLine, bson.D{{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}}})
+	switch {
+	case err != nil:
+		return false, unavailable("claiming "+l.key, err)
+	case res.MatchedCount == 0:
+		return false, nil // out of the line already: Resume reads why
+	}
+	res, err = s.counters.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}, countBy(1))
 	if err != nil {
-		return false, unavailable("incrementing "+l.key, err)
+		return false, unavailable("incrementing "+l.key, err) // IncKey stays: Heal counts the slot as maybe taken
 	}
 	if res.MatchedCount == 0 {
+		_, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "incKey", Value: l.key}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
+		if err != nil {
+			return false, unavailable("claiming "+l.key, err)
+		}
 		return false, nil
 	}
 	if err := s.fault(StepClaimIncremented, l.key); err != nil {
 		return false, unavailable("claiming "+l.key, err)
 	}
-	set := bson.D{{Key: "state", Value: string(lease.StatePending)}}
-	if b.last(l) {
-		set[0].Value = string(lease.StateHeld)
+	i := b.index(l.key)
+	state := lease.StatePending
+	if i == len(b.levels)-1 {
+		state = lease.StateHeld
 	}
-	res, err = s.holders.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}},
-		bson.D{{Key: "$set", Value: set}, {Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
-			{Key: "$unset", Value: bson.D{{Key: "waitKey", Value: ""}, {Key: "waitExp", Value: ""}}}})
+	update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
+	update = unsetting(update, "waitKey", "waitExp")
+	res, err = s.holders.UpdateOne(ctx, inLine, update)
 	if err != nil {
-		// Ambiguous: the holder may have left the line with the key. The slot stays booked
-		// by the counter until it is healed (Heal) or the holder's Resume finds it.
+		// Ambiguous: the holder may have left the line with the key. Either way it counts
+		// the slot (levels or IncKey), and Resume's read finds out which.
 		return false, unavailable("claiming "+l.key, err)
 	}
 	if res.MatchedCount == 0 {
-		return false, s.giveBack(ctx, []string{l.key})
+		s.healAfter(ctx, l.key)
+		return false, nil
 	}
-	b.doc.State, b.doc.WaitKey = set[0].Value.(string), ""
+	b.doc.State, b.doc.WaitKey = string(state), ""
 	b.doc.Levels = append(b.doc.Levels, l.key)
 	return true, nil
 }
 
-func (b *funnelRun) last(l funnelLevel) bool { return b.levels[len(b.levels)-1].key == l.key }
+// unsetting adds fields to the $unset of update (creating it).
+func unsetting(update bson.D, fields ...string) bson.D {
+	for i, e := range update {
+		if e.Key == "$unset" {
+			d := e.Value.(bson.D)
+			for _, f := range fields {
+				d = append(d, bson.E{Key: f, Value: ""})
+			}
+			update[i].Value = d
+			return update
+		}
+	}
+	d := bson.D{}
+	for _, f := range fields {
+		d = append(d, bson.E{Key: f, Value: ""})
+	}
+	return append(update, bson.E{Key: "$unset", Value: d})
+}
 
 // index is the position of key in the funnel, or -1.
 func (b *funnelRun) index(key string) int {
@@ -176,7 +207,7 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 			}
 		}
 	}
-	err = s.holders.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: req.Token}},
+	err = s.holders.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: req.Token}, notReleased},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "waitExp", Value: time.Now().Add(req.WaitTTL)}}},
 			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
@@ -225,16 +256,16 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 // funnel. done is false when the holder had no grant of that key (the wake-up was stale).
 func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease.Holder, done bool, err error) {
 	s, l := b.store, b.levels[i]
-	set := bson.D{{Key: "state", Value: string(lease.StatePending)}}
+	state := lease.StatePending
 	if i == len(b.levels)-1 {
-		set[0].Value = string(lease.StateHeld)
+		state = lease.StateHeld
 	}
+	update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
+		bson.E{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}})
+	update = unsetting(update, "grantKey")
 	err = s.holders.FindOneAndUpdate(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: l.key}},
-		bson.D{{Key: "$set", Value: set}, {Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
-			{Key: "$unset", Value: bson.D{{Key: "grantKey", Value: ""}}},
-			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}},
-		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "grantKey", Value: l.key}},
+		update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return lease.Holder{}, false, nil
@@ -255,7 +286,7 @@ func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease
 // narrower levels, a slot handed to it meanwhile) is given back, to the next waiter first.
 // It runs to its end whatever ctx, within the store's operation timeout.
 func (s *Store) Withdraw(ctx context.Context, token string) error {
-	_, _, err := s.deleteHolder(ctx, bson.D{{Key: "_id", Value: token}})
+	_, _, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil, "")
 	return err
 }
 
@@ -308,7 +339,7 @@ func (s *Store) giveBack(ctx context.Context, keys []string) error {
 				{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
 				{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}},
 			},
-			bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}})
+			countBy(-1))
 		if err != nil {
 			return unavailable(fmt.Sprintf("decrementing %v", cold), err)
 		}
@@ -382,11 +413,7 @@ func (s *Store) decrementUnlined(ctx context.Context, keys []string) error {
 	}
 	_, err := s.counters.UpdateMany(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		bson.D{
-			{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}},
-			{Key: "$set", Value: bson.D{{Key: "lined", Value: false}}},
-			{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-		})
+		countBy(-1, bson.E{Key: "$set", Value: bson.D{{Key: "lined", Value: false}}}))
 	if err != nil {
 		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
 	}
@@ -417,7 +444,7 @@ const linedHint = time.Second
 func (s *Store) sawLined(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lined == nil || len(s.lined) >= maxHeals {
+	if s.lined == nil || len(s.lined) >= maxLined {
 		s.lined = map[string]time.Time{}
 	}
 	s.lined[key] = time.Now()
@@ -430,17 +457,21 @@ func (s *Store) linedRecently(key string) bool {
 	return ok && time.Since(at) < linedHint
 }
 
-// healSeen is what Heal saw of one counter above its bookings, to confirm it later.
-type healSeen = lowering
-
-// Heal compares one counter with the holders that book it and corrects it at once, without
-// waiting for the scheduled reconcile: a count below its bookings is raised (that is never
-// unsafe); a count above them is lowered only when an earlier Heal of this store saw the
-// same count, updatedAt and bookings at least the confirm delay before (a release between its
-// delete and its decrement, an acquisition between its increment and its push, are done
-// within an operation timeout). Every write is a compare-and-set on what was read. It costs two
-// reads; callers rate-limit it per key (a level that refuses). It returns how many slots it
-// freed.
+// Heal compares one counter with the holders that count its slots and corrects it at once,
+// without waiting for the scheduled reconcile. Every slot of a counter is counted by a holder
+// document from before its increment (IncKey, written first) until after it is given back (the
+// release mark, deleted last), so:
+//
+//   - a count above the holders that book the key, are handed it, are about to increment it or
+//     are being released is a slot nobody will ever give back (a crash, a write whose
+//     answer was lost): it is lowered to that number;
+//   - a count below the holders that surely book it (recorded in levels or handed over, not
+//     being released) is raised to that number (never unsafe).
+//
+// Both writes are a compare-and-set on the counter's rev as it was read before the holders:
+// a count that moved in between makes it miss. It costs two reads, three when it corrects
+// (a second count before lowering, one of those who surely book before raising); callers
+// rate-limit it per key (a level that refuses). It returns how many slots it freed.
 func (s *Store) Heal(ctx context.Context, key string) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -452,58 +483,70 @@ func (s *Store) Heal(ctx context.Context, key string) (int, error) {
 	case err != nil:
 		return 0, unavailable("reading counter "+key, err)
 	}
+	maybe, err := s.mayBook(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if c.Count > maybe {
+		// A count is no snapshot: a slot moving while it runs (handed from one holder to
+		// another, or from grantKey to levels) can be missed. Lowering takes the larger of two
+		// counts, so a slot is lowered away only if both miss it.
+		again, err := s.mayBook(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		maybe = max(maybe, again)
+	}
+	want := maybe
+	if c.Count <= want {
+		sure, err := s.holders.CountDocuments(ctx, bson.D{
+			{Key: "$or", Value: bson.A{bson.D{{Key: "levels", Value: key}}, bson.D{{Key: "grantKey", Value: key}}}},
+			notReleased,
+		})
+		if err != nil {
+			return 0, unavailable("counting the holders of "+key, err)
+		}
+		if c.Count >= int(sure) {
+			return 0, nil
+		}
+		want = int(sure)
+	}
+	cas := bson.D{{Key: "_id", Value: key}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
+	if c.Rev != 0 {
+		cas = append(cas, bson.E{Key: "rev", Value: c.Rev})
+	}
+	res, err := s.counters.UpdateOne(ctx, cas, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},
+		{Key: "$inc", Value: bson.D{{Key: "rev", Value: 1}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+	})
+	switch {
+	case err != nil:
+		return 0, unavailable("healing counter "+key, err)
+	case res.MatchedCount == 0 || want > c.Count:
+		return 0, nil
+	}
+	return c.Count - want, nil
+}
+
+// mayBook counts the holders that book key, are handed it, are about to increment it or are
+// being released: an upper bound of the slots the counter holds for someone.
+func (s *Store) mayBook(ctx context.Context, key string) (int, error) {
 	n, err := s.holders.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "levels", Value: key}}, bson.D{{Key: "grantKey", Value: key}},
+		bson.D{{Key: "levels", Value: key}}, bson.D{{Key: "grantKey", Value: key}}, bson.D{{Key: "incKey", Value: key}},
 	}}})
 	if err != nil {
 		return 0, unavailable("counting the holders of "+key, err)
 	}
-	booked := int(n)
-	if booked == c.Count {
-		s.mu.Lock()
-		delete(s.heals, key)
-		s.mu.Unlock()
-		return 0, nil
-	}
-	s.mu.Lock()
-	var prev *lowering
-	if p, ok := s.heals[key]; ok {
-		prev = &p
-	}
-	s.mu.Unlock()
-	policy := reconcilePolicy{Now: time.Now(), Margin: 0, Confirm: s.cfg.healConfirm}
-	action, obs := decideCounter(counterState{Count: c.Count, UpdatedAt: c.UpdatedAt, Booked: booked}, policy, prev)
-	switch action {
-	case actionConfirm:
-		s.mu.Lock()
-		if s.heals == nil {
-			s.heals = map[string]healSeen{}
-		}
-		if len(s.heals) >= maxHeals {
-			clear(s.heals)
-		}
-		s.heals[key] = obs
-		s.mu.Unlock()
-		return 0, nil
-	case actionLower, actionDelete, actionRaise:
-	default:
-		return 0, nil
-	}
-	s.mu.Lock()
-	delete(s.heals, key)
-	s.mu.Unlock()
-	if action == actionDelete {
-		action = actionLower // keep the counter: waiters are about to use it
-	}
-	done, err := s.correctCounter(ctx, c, booked, action)
-	if err != nil || !done || booked >= c.Count {
-		return 0, err
-	}
-	return c.Count - booked, nil
+	return int(n), nil
 }
 
-// maxHeals bounds the counters a store remembers for Heal's confirmation.
-const maxHeals = 1024
+// healAfter runs Heal on key for a path that has just left a slot there that no holder
+// counts (a holder released under its increment). It is best effort: a Heal that fails or
+// misses is repeated by the next refusal of that level.
+func (s *Store) healAfter(ctx context.Context, key string) {
+	_, _ = s.Heal(context.WithoutCancel(ctx), key)
+}
 
 // InLine is one waiting holder of a level's line.
 type InLine struct {
@@ -540,3 +583,6 @@ func (s *Store) Line(ctx context.Context, key string) ([]InLine, error) {
 	}
 	return out, nil
 }
+
+// maxLined bounds the counter keys a store remembers as lined.
+const maxLined = 1024

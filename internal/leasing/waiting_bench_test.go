@@ -74,7 +74,8 @@ func startBenchProcesses(b *testing.B, n int, fairness definition.Fairness, cmds
 				q.Granted(g.ID, g.Key)
 			}
 		}
-		opts := []leasestore.Option{leasestore.WithCommandObserver(cmds.observe), leasestore.WithGrantHook(granted)}
+		// The batched deletes of release marks count as the writes they are.
+		opts := []leasestore.Option{leasestore.WithCommandObserver(cmds.observe), leasestore.WithOffPathObserver(cmds.observe), leasestore.WithGrantHook(granted)}
 		if n > 1 {
 			// One process needs no events: its grant hook wakes its waiters.
 			opts = append(opts, leasestore.WithGrantEvents())

@@ -1,7 +1,10 @@
 package tenancy
 
 import (
+	"cmp"
+	"context"
 	"errors"
+	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 )
@@ -55,17 +58,47 @@ func BindTenant(caller Caller, requested string, m Map, nonPod NonPodPolicy) (st
 	return owner, nil
 }
 
-// Binder is BindTenant over a live Map: until a map that syncs (Informed) has listed every
-// namespace, it answers LEASE_UNAVAILABLE rather than refuse a pod on a partial view.
+// Binder is BindTenant over a live Map. Until a map that syncs (Informed, an agent's view of
+// its manager) has listed every namespace, a pod's request waits for it, at most SyncWait and
+// never past the request's context: a process that has just started (an agent restarted
+// next to its pod) answers once it knows, not LEASE_UNAVAILABLE at once. Past that it answers
+// LEASE_UNAVAILABLE rather than refuse a pod on a partial view.
 type Binder struct {
 	Map    Map
 	NonPod NonPodPolicy
+	// SyncWait bounds the wait for the map's sync; zero means DefaultSyncWait.
+	SyncWait time.Duration
 }
 
+// DefaultSyncWait is how long a request waits at most for the tenant map to sync: long enough
+// for an agent to reach its manager after a restart, as long as a store command may take.
+const DefaultSyncWait = 5 * time.Second
+
+// syncPoll is how often a waiting request looks at the map again.
+const syncPoll = 10 * time.Millisecond
+
 // Bind implements the decision for one request; see BindTenant.
-func (b Binder) Bind(caller Caller, requested string) (string, error) {
+func (b Binder) Bind(ctx context.Context, caller Caller, requested string) (string, error) {
 	if s, ok := b.Map.(interface{ HasSynced() bool }); ok && caller.Pod.Name != "" && !s.HasSynced() {
-		return "", lease.Unavailable("deciding the tenant of "+caller.Pod.String(), ErrNotSynced)
+		if err := waitSynced(ctx, s.HasSynced, cmp.Or(b.SyncWait, DefaultSyncWait)); err != nil {
+			return "", lease.Unavailable("deciding the tenant of "+caller.Pod.String(), err)
+		}
 	}
 	return BindTenant(caller, requested, b.Map, b.NonPod)
+}
+
+// waitSynced waits until synced, at most max and not past ctx; ErrNotSynced when it gives up.
+func waitSynced(ctx context.Context, synced func() bool, max time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	tick := time.NewTicker(syncPoll)
+	defer tick.Stop()
+	for !synced() {
+		select {
+		case <-ctx.Done():
+			return ErrNotSynced
+		case <-tick.C:
+		}
+	}
+	return nil
 }

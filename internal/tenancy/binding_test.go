@@ -1,8 +1,11 @@
 package tenancy_test
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -76,14 +79,45 @@ type unsynced struct{ tenancy.Static }
 func (unsynced) HasSynced() bool { return false }
 
 func TestBinderFailsClosedUntilSynced(t *testing.T) {
-	b := tenancy.Binder{Map: unsynced{tenancy.Static{Tenants: map[string]string{"acme": "acme"}}}}
-	_, err := b.Bind(tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "acme")
-	if !errors.Is(err, lease.ErrUnavailable) {
-		t.Errorf("Bind before sync = %v, want LEASE_UNAVAILABLE", err)
+	b := tenancy.Binder{Map: unsynced{tenancy.Static{Tenants: map[string]string{"acme": "acme"}}}, SyncWait: 50 * time.Millisecond}
+	start := time.Now()
+	_, err := b.Bind(context.Background(), tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "acme")
+	if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, tenancy.ErrNotSynced) {
+		t.Errorf("Bind before sync = %v, want LEASE_UNAVAILABLE (not synced)", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("Bind gave up after %v, before its SyncWait of 50ms", waited)
 	}
 	// A caller that is no pod does not depend on the namespaces.
-	_, err = b.Bind(tenancy.Caller{Addr: "10.0.0.9"}, "acme")
+	_, err = b.Bind(context.Background(), tenancy.Caller{Addr: "10.0.0.9"}, "acme")
 	if !errors.Is(err, lease.ErrTenantForbidden) {
 		t.Errorf("Bind of no pod before sync = %v, want TENANT_FORBIDDEN", err)
+	}
+	// The request's context ends the wait too.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.SyncWait = time.Hour
+	if _, err := b.Bind(ctx, tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "acme"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("Bind with its request gone = %v, want LEASE_UNAVAILABLE", err)
+	}
+}
+
+// syncsLater is a Map that syncs once its flag is set.
+type syncsLater struct {
+	tenancy.Static
+	synced *atomic.Bool
+}
+
+func (m syncsLater) HasSynced() bool { return m.synced.Load() }
+
+// TestBinderWaitsForTheSync: a request that arrives while the map syncs (an agent just
+// restarted next to its pod) is answered once the map knows, not refused with 503.
+func TestBinderWaitsForTheSync(t *testing.T) {
+	synced := &atomic.Bool{}
+	b := tenancy.Binder{Map: syncsLater{tenancy.Static{Tenants: map[string]string{"acme": "acme"}}, synced}}
+	time.AfterFunc(30*time.Millisecond, func() { synced.Store(true) })
+	got, err := b.Bind(context.Background(), tenancy.Caller{Pod: lease.PodRef{Namespace: "acme", Name: "app"}}, "")
+	if err != nil || got != "acme" {
+		t.Errorf("Bind while the map syncs = %q, %v, want acme", got, err)
 	}
 }

@@ -251,7 +251,7 @@ func TestDriftShowsAndDisappearsAfterReconcile(t *testing.T) {
 	// A release that stops dead between deleting the holder and decrementing its counters,
 	// as a crashed process would: the counters stay one above the holders that book them.
 	faulty, err := leasestore.Connect(dbURI, dbName, leasestore.WithFault(func(step leasestore.Step, key string) error {
-		if step == leasestore.StepHolderDeleted && key == h {
+		if step == leasestore.StepHolderReleased && key == h {
 			return leasestore.ErrCrash
 		}
 		return nil
