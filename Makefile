@@ -94,14 +94,15 @@ test-e2e: mongodev ## Run the whole-system tests in test/e2e.
 
 # The robustness suite (docs/robustness.md) is built only with the tag robustness, so that
 # `go test ./...` leaves it out. ROBUSTNESS_SEED picks the first seed (a failing run prints
-# the one that reproduces it); ROBUSTNESS_FAIRNESS, ROBUSTNESS_FAULTS, ROBUSTNESS_CHURN and
-# ROBUSTNESS_ASSERT_RECOVERY=off are passed on from the command line or the environment.
+# the one that reproduces it); ROBUSTNESS_FAIRNESS, ROBUSTNESS_FAULTS, ROBUSTNESS_CHURN,
+# ROBUSTNESS_ASSERT_RECOVERY=off and ROBUSTNESS_ASSERT_FALSE_503=off are passed on from the
+# command line or the environment.
 ROBUSTNESS_SEEDS ?= 20
 ROBUSTNESS_GO_TEST = KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 	go test -tags robustness -count=1 -v $(GOTEST_FLAGS) -run TestRobustness ./test/robustness/
 
 .PHONY: test-robustness
-test-robustness: mongodev ## The robustness suite: real processes, faults, a checked history; ROBUSTNESS_SEEDS seeds (default 20, about an hour) per fairness policy.
+test-robustness: mongodev ## The robustness suite: real processes, faults, a checked history; ROBUSTNESS_SEEDS seeds (default 20, about 18 minutes) per fairness policy.
 	ROBUSTNESS_SEEDS=$(ROBUSTNESS_SEEDS) $(ROBUSTNESS_GO_TEST) -timeout 4h
 
 .PHONY: test-robustness-short

@@ -145,6 +145,9 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 		if !ok {
 			busy := &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
 			if b.waitTTL <= 0 {
+				if i == 0 && s.dropUnbooked(ctx, token) {
+					return lease.Holder{}, busy
+				}
 				return lease.Holder{}, s.abandonAt(ctx, token, nil, l.key, busy)
 			}
 			claimed, err := b.wait(ctx, l, busy)
@@ -352,6 +355,20 @@ func (s *Store) abandonAt(ctx context.Context, token string, pending []string, s
 		return errors.Join(cause, err)
 	}
 	return cause
+}
+
+// dropUnbooked deletes the holder of an attempt refused at its first level, which counts no
+// slot and so needs no release mark: one delete, as a refusal cost before marks. false when
+// the holder is no longer as created (then abandonAt releases it).
+func (s *Store) dropUnbooked(ctx context.Context, token string) bool {
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	res, err := s.holders.DeleteOne(ctx, bson.D{
+		{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)},
+		{Key: "levels", Value: bson.D{{Key: "$in", Value: bson.A{nil, bson.A{}}}}},
+		{Key: "grantKey", Value: bson.D{{Key: "$exists", Value: false}}},
+	})
+	return err == nil && res.DeletedCount == 1
 }
 
 func union(a, b []string) []string {

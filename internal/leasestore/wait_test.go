@@ -3,6 +3,7 @@ package leasestore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -375,6 +376,51 @@ func TestHealIsExact(t *testing.T) {
 	heal(0, 1)
 	set(0)
 	heal(0, 1)
+}
+
+// TestRefusalLeavesNothingAndNeedsNoMark: an attempt refused at its first level booked
+// nothing, so its holder goes in one delete, without a release mark (and without the mark's
+// later delete); nothing of it is left.
+func TestRefusalLeavesNothingAndNeedsNoMark(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	var mu sync.Mutex
+	var cmds []string
+	var counting atomic.Bool
+	record := func(c string) {
+		if counting.Load() {
+			mu.Lock()
+			cmds = append(cmds, c)
+			mu.Unlock()
+		}
+	}
+	s := newStoreAt(t, uri, db, leasestore.WithCommandObserver(record), leasestore.WithOffPathObserver(record))
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}}
+	held := mustAcquire(t, s, userReq("ann", caps))
+	counting.Store(true)
+	_, err = s.Acquire(ctxT(t), userReq("bob", caps))
+	if !errors.Is(err, lease.ErrBusy) {
+		t.Fatalf("a second acquisition at cap 1 = %v, want busy", err)
+	}
+	time.Sleep(200 * time.Millisecond) // real time: an off-path delete, if any, would come now
+	counting.Store(false)
+	mu.Lock()
+	got := slices.Clone(cmds)
+	mu.Unlock()
+	if n := slices.Index(got, "findAndModify"); n >= 0 || slices.Index(got, "delete") < 0 || len(got) > 4 {
+		t.Errorf("a refusal sent %v, want the holder's insert, the refused increment (and its read) and one delete, no release mark", got)
+	}
+	n, err := rawHolders(t, uri, db).CountDocuments(ctxT(t), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d holder documents after a refusal, want only the held one (%s)", n, held.Token)
+	}
+	assertNoDrift(t, s)
 }
 
 // TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits: a release where nobody waits costs its

@@ -34,7 +34,7 @@ var (
 	flagFairness = flag.String("fairness", envString("ROBUSTNESS_FAIRNESS", "process,global"), "fairness policies to run (ROBUSTNESS_FAIRNESS)")
 	flagFaults   = flag.String("faults", envString("ROBUSTNESS_FAULTS", strings.Join(FaultKinds, ",")), "fault kinds, one episode each (ROBUSTNESS_FAULTS)")
 	flagAssert   = flag.Bool("assert-recovery", envString("ROBUSTNESS_ASSERT_RECOVERY", "on") != "off", "fail a run whose recovery exceeds TTL + 2 s (ROBUSTNESS_ASSERT_RECOVERY=off to only report)")
-	flag503      = flag.Bool("assert-false-503", envString("ROBUSTNESS_ASSERT_FALSE_503", "off") == "on", "fail a run with a 503 while the store ran (ROBUSTNESS_ASSERT_FALSE_503=on)")
+	flag503      = flag.Bool("assert-false-503", envString("ROBUSTNESS_ASSERT_FALSE_503", "on") != "off", "fail a run with a 503 while the store ran (ROBUSTNESS_ASSERT_FALSE_503=off to only report)")
 	flagStuck    = flag.Duration("give-up", envDuration("ROBUSTNESS_GIVE_UP", 10*time.Second), "how long past TTL + 2 s the probe keeps trying before it calls a level stuck (ROBUSTNESS_GIVE_UP)")
 	flagOut      = flag.String("out", os.Getenv("ROBUSTNESS_OUT"), "where failing runs leave their history (default $TMPDIR); each seed gets robustness-<seed> in it (ROBUSTNESS_OUT)")
 )
