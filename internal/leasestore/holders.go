@@ -74,10 +74,9 @@ func (s *Store) Release(ctx context.Context, token string) (released bool, err e
 // holder as it was; from then on it answers as gone everywhere), and its slots go to the next
 // waiters or back to their counters (giveBack), together with extra (keys incremented for it
 // but not recorded). The mark is deleted afterwards, off the path (marks.go). While the mark
-// lives Heal counts the holder's slots as booked, so a
-// give-back in flight is never mistaken for a slot nobody holds; a mark left by a crash expires
-// an operation timeout after it was written (the longest a give-back can take) and is deleted
-// by the next sweep.
+// lives Heal counts the holder's slots as booked, so a give-back in flight is never mistaken
+// for a slot nobody holds; a mark left by a crash expires an operation timeout (the longest a
+// give-back can take) and markMargin after it was written, and is deleted by the next sweep.
 //
 // A holder that named a counter it was about to increment (IncKey) may have left a slot there
 // that no holder counts once it is gone: Heal frees it, here, after the delete. settled names
@@ -95,7 +94,7 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 	}
 	var doc holderDoc
 	err := s.holders.FindOneAndUpdate(ctx, filter, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "state", Value: stateReleased}, {Key: "ttlSeconds", Value: s.cfg.opTimeout.Seconds()}}},
+		{Key: "$set", Value: bson.D{{Key: "state", Value: stateReleased}, {Key: "ttlSeconds", Value: (s.cfg.opTimeout + markMargin).Seconds()}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 	}).Decode(&doc)
 	switch {
@@ -111,7 +110,9 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 	if err := s.giveBack(ctx, keys); err != nil {
 		return doc.holder(), true, err
 	}
-	if k := doc.IncKey; k != "" && k != settled && !slices.Contains(keys, k) {
+	// A holder handed a slot of the counter it was incrementing itself (grantKey and IncKey
+	// alike) may have taken two: only one is in keys, so Heal looks at it too.
+	if k := doc.IncKey; k != "" && k != settled && !slices.Contains(extra, k) && !slices.Contains(doc.Levels, k) {
 		// Heal counts the mark's keys as maybe booked: the mark goes first.
 		if err := s.deleteMark(ctx, doc.ID); err != nil {
 			return doc.holder(), true, err
@@ -124,6 +125,10 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 	}
 	return doc.holder(), true, nil
 }
+
+// markMargin is how long a release mark outlives the operation timeout that bounds its
+// give-back: a decrement the network delivers late still lands before the sweep heals.
+const markMargin = time.Second
 
 // notReleased leaves out the holders being released (releaseHolder).
 var notReleased = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: stateReleased}}}
@@ -218,6 +223,7 @@ func (s *Store) HolderPodsOf(ctx context.Context, pods []lease.PodRef) ([]lease.
 		docs, err := s.findHolders(ctx, bson.D{
 			{Key: "pod.namespace", Value: bson.D{{Key: "$in", Value: namespaces}}},
 			{Key: "pod.name", Value: bson.D{{Key: "$in", Value: names}}},
+			notReleased,
 		}, bson.D{{Key: "pod", Value: 1}})
 		if err != nil {
 			return out, err

@@ -13,7 +13,7 @@ import (
 // meanwhile gather for the next. A release where nobody waits costs its caller two round
 // trips, a contended grant three, and the deletes cost well under one round trip per
 // release under load. A mark whose delete never comes (a crash, a failed batch) is an
-// ordinary expired mark: the sweep deletes it after the operation timeout and heals the
+// ordinary expired mark: the sweep deletes it after the operation timeout (and markMargin) and heals the
 // counters it names.
 type markDropper struct {
 	mu      sync.Mutex
@@ -84,11 +84,14 @@ func (s *Store) dropMarks() {
 	for len(ids) > 0 {
 		n := min(len(ids), marksPerDelete)
 		ctx, cancel := s.bound(context.WithValue(context.Background(), offPath{}, true))
-		_, _ = s.holders.DeleteMany(ctx, bson.D{
+		_, err := s.holders.DeleteMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}},
 			{Key: "state", Value: stateReleased},
 		})
 		cancel()
+		if err != nil {
+			return // the store is away: the rest is the sweep's too (and a Close is not held up)
+		}
 		ids = ids[n:]
 	}
 }

@@ -148,12 +148,30 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
 		return false, unavailable("claiming "+l.key, err)
 	}
 	if res.MatchedCount == 0 {
-		s.healAfter(ctx, l.key)
+		s.undoClaim(ctx, token, l.key)
 		return false, nil
 	}
 	b.doc.State, b.doc.WaitKey = string(state), ""
 	b.doc.Levels = append(b.doc.Levels, l.key)
 	return true, nil
+}
+
+// undoClaim follows a claim whose increment of key applied but whose holder had left the
+// line meanwhile. Handed a slot of key at the same time (grantKey), the holder now has two
+// and its document counts one: it drops its intent and gives its own increment back. Reaped
+// or withdrawn, it counts none: Heal frees the increment.
+func (s *Store) undoClaim(ctx context.Context, token, key string) {
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: key}, {Key: "incKey", Value: key}, notReleased},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
+	if err == nil && res.MatchedCount == 1 {
+		if s.giveBack(ctx, []string{key}) == nil {
+			return
+		}
+	}
+	s.healAfter(ctx, key)
 }
 
 // unsetting adds fields to the $unset of update (creating it).
@@ -514,6 +532,8 @@ func (s *Store) Heal(ctx context.Context, key string) (int, error) {
 	cas := bson.D{{Key: "_id", Value: key}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
 	if c.Rev != 0 {
 		cas = append(cas, bson.E{Key: "rev", Value: c.Rev})
+	} else { // a counter written before revisions, or not since its creation
+		cas = append(cas, bson.E{Key: "rev", Value: bson.D{{Key: "$in", Value: bson.A{nil, 0}}}})
 	}
 	res, err := s.counters.UpdateOne(ctx, cas, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},

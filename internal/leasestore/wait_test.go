@@ -378,6 +378,63 @@ func TestHealIsExact(t *testing.T) {
 	heal(0, 1)
 }
 
+// TestClaimHandedASlotMeanwhileGivesItsOwnBack: a waiter that takes room at the counter itself
+// while a release hands it a slot of the same counter has two slots and one holder document
+// counting them: it gives its own increment back at once, so the counter books exactly its
+// holders without waiting for a Heal.
+func TestClaimHandedASlotMeanwhileGivesItsOwnBack(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	other := newStoreAt(t, uri, db)
+	holders := rawHolders(t, uri, db)
+	var ann lease.Holder
+	var annDoc bson.M
+	const markID = "a-release-mark-still-there"
+	var once sync.Once
+	waiter := newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, _ string) error {
+		if st == leasestore.StepClaimIncremented {
+			once.Do(func() {
+				if _, err := other.Release(context.Background(), ann.Token); err != nil {
+					t.Error(err)
+				}
+				// ann's release mark as it is until its process deletes it, off the path: a
+				// copy of it, which no dropper deletes, is still there when bob's look ends.
+				annDoc["_id"], annDoc["pid"], annDoc["state"] = markID, markID, "RELEASED"
+				if _, err := holders.InsertOne(context.Background(), annDoc); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		return nil
+	}))
+	one := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}}
+	two := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 2}}
+	ann = mustAcquire(t, other, userReq("ann", one))
+	if err := holders.FindOne(ctxT(t), bson.D{{Key: "_id", Value: ann.Token}}).Decode(&annDoc); err != nil {
+		t.Fatal(err)
+	}
+	w := queueWaiter(t, waiter, userReq("bob", one))
+	kg := key("gpu", lease.LevelGlobal, "acme", "p", "bob")
+	// The cap is raised: bob's look finds room and increments; ann's release, in between,
+	// hands him her slot.
+	if _, err := resume(t, waiter, userReq("bob", two), w, "", true); err != nil && !isWaiting(err) {
+		t.Fatalf("bob's look: %v", err)
+	}
+	if got := counts(t, other)[kg]; got[0] != 1 {
+		t.Errorf("right after the look: count %d, booked %d; want 1 (bob's own increment given back)", got[0], got[1])
+	}
+	if got, err := resume(t, waiter, userReq("bob", two), w, kg, false); err != nil || got.State != lease.StateHeld {
+		t.Fatalf("bob taking the slot handed to him: %+v, %v", got, err)
+	}
+	if _, err := holders.DeleteOne(ctxT(t), bson.D{{Key: "_id", Value: markID}}); err != nil {
+		t.Fatal(err)
+	}
+	assertNoDrift(t, other)
+}
+
 // TestRefusalLeavesNothingAndNeedsNoMark: an attempt refused at its first level booked
 // nothing, so its holder goes in one delete, without a release mark (and without the mark's
 // later delete); nothing of it is left.
