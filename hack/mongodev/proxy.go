@@ -26,6 +26,8 @@ type proxy struct {
 	slow time.Duration
 	// ids indexes collection tables for FerretDB's _id lookups (idindex.go); nil: off.
 	ids *idIndexer
+	// capped keeps capped collections at their size (capped.go).
+	capped *cappedCollections
 
 	// insMu guards insGen and inserted: the count of forwarded inserts, and a channel closed
 	// at the next one, for the awaitData getMores the proxy parks (awaitdata.go).
@@ -46,7 +48,7 @@ type proxy struct {
 
 func newProxy(backendAddr string, logger *slog.Logger) *proxy {
 	return &proxy{backendAddr: backendAddr, logger: logger, conns: make(map[net.Conn]struct{}),
-		inserted: make(chan struct{}), awaitCursors: make(map[int64]struct{})}
+		inserted: make(chan struct{}), awaitCursors: make(map[int64]struct{}), capped: newCappedCollections()}
 }
 
 // serve accepts client connections until ln is closed.
@@ -190,6 +192,7 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 		return [][]byte{resp}, nil
 	}
 	defer p.ids.afterCommand(req)
+	p.capped.beforeCommand(req)
 	if resp, handled, err := answerFieldFind(backend, br, p.ids, req); handled {
 		if err != nil {
 			return nil, err
@@ -219,6 +222,11 @@ func (p *proxy) roundTrip(backend net.Conn, br *bufio.Reader, req []byte) ([][]b
 		}
 		resps = append(resps, resp)
 		if !moreToCome(resp) {
+			if commandName(req) == "insert" && checkOK(resp) == nil {
+				if err := p.capped.afterInsert(backend, br, req); err != nil {
+					return nil, err
+				}
+			}
 			return resps, nil
 		}
 	}

@@ -113,13 +113,26 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	if doc.Payload == nil {
 		doc.Payload = map[string]string{}
 	}
-	if err := s.createHolder(ctx, doc); err != nil {
+	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL}
+	// While the first level has a line, a newcomer that may wait joins it at once: its
+	// increment would be refused (the count stays at the cap while anyone waits), and the
+	// write that queues it would follow.
+	queue := req.WaitTTL > 0 && s.linedRecently(levels[0].key)
+	if queue {
+		f.doc.State, f.doc.IncKey = string(lease.StateWaiting), ""
+		f.doc.WaitKey, f.doc.WaitExp, f.doc.Origin = levels[0].key, time.Now().Add(req.WaitTTL), s.origin
+		f.doc.GrantState = string(f.grantState(levels[0].key))
+		f.doc.QueuedAt = time.Now() // set by the server; a wider level keeps it
+	}
+	if err := s.createHolder(ctx, f.doc); err != nil {
 		return lease.Holder{}, err
 	}
 	if err := s.fault(StepHolderCreated, token); err != nil {
 		return lease.Holder{}, s.abandon(ctx, token, nil, unavailable("acquiring "+req.Resource, err))
 	}
-	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL}
+	if queue {
+		return f.queue(ctx)
+	}
 	return f.from(ctx, 0)
 }
 
@@ -202,8 +215,9 @@ func (b *funnelRun) booking(i int, state lease.HolderState) bson.D {
 	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}}
 }
 
-// createHolder writes the PENDING holder by upsert, so that acquiredAt and lastSeenAt are
-// the server's time ($currentDate) from the start.
+// createHolder writes the holder by upsert, PENDING or already WAITING in its first level's
+// line, so that acquiredAt, lastSeenAt (and queuedAt) are the server's time ($currentDate)
+// from the start.
 func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 	set := bson.D{
 		{Key: "pid", Value: doc.PID},
@@ -220,11 +234,19 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 		{Key: "payload", Value: doc.Payload},
 		{Key: "ttlSeconds", Value: doc.TTLSeconds},
 		{Key: "levels", Value: doc.Levels},
-		{Key: "incKey", Value: doc.IncKey},
+	}
+	dates := bson.D{{Key: "acquiredAt", Value: true}, {Key: "lastSeenAt", Value: true}}
+	if doc.IncKey != "" {
+		set = append(set, bson.E{Key: "incKey", Value: doc.IncKey})
+	}
+	if doc.WaitKey != "" { // created in a line (Acquire's queue)
+		set = append(set, bson.E{Key: "waitKey", Value: doc.WaitKey}, bson.E{Key: "waitExp", Value: doc.WaitExp},
+			bson.E{Key: "origin", Value: doc.Origin}, bson.E{Key: "grantState", Value: doc.GrantState})
+		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
 	}
 	update := bson.D{
 		{Key: "$setOnInsert", Value: set},
-		{Key: "$currentDate", Value: bson.D{{Key: "acquiredAt", Value: true}, {Key: "lastSeenAt", Value: true}}},
+		{Key: "$currentDate", Value: dates},
 	}
 	_, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.ID}}, update, options.UpdateOne().SetUpsert(true))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -342,6 +343,11 @@ func (n *Notifier) tail(ctx context.Context) error {
 func (n *Notifier) deliver(ev eventDoc) {
 	if ev.Origin == n.store.origin || len(ev.Grants) == 0 {
 		return
+	}
+	for _, g := range ev.Grants {
+		if g.Held && g.To == n.store.origin {
+			n.store.keepHanded(holderDoc{PID: g.ID, GrantKey: g.Key, State: string(lease.StateHeld)})
+		}
 	}
 	n.granted(ev.Grants)
 }

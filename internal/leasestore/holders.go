@@ -103,6 +103,7 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 	case err != nil:
 		return lease.Holder{}, false, unavailable("releasing holder", err)
 	}
+	s.takeHanded(lease.HolderID(doc.ID))
 	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("releasing holder "+doc.ID, err)
 	}

@@ -50,6 +50,9 @@ const (
 	// StepQueued: after a holder entered a full level's line, before it tries the level
 	// once more.
 	StepQueued Step = "queued"
+	// StepCreatedInLine: after a newcomer's holder was written straight into the line of its
+	// first level (Acquire, when the store saw that line), before it tries the level.
+	StepCreatedInLine Step = "created-in-line"
 	// StepClaimIncremented: after a waiting holder's increment of the level it waits at,
 	// before it leaves the line with the key.
 	StepClaimIncremented Step = "claim-incremented"
@@ -143,6 +146,9 @@ type Store struct {
 	lined map[string]time.Time
 	// marks deletes release marks off the callers' path (marks.go).
 	marks *markDropper
+	// handed keeps the holders this store's hand-overs completed for its own waiters, until
+	// the waiter takes its answer (wait.go).
+	handed handedHolders
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
@@ -354,8 +360,12 @@ type holderDoc struct {
 	QueuedAt time.Time `bson:"queuedAt,omitempty"`
 	WaitExp  time.Time `bson:"waitExp,omitempty"`
 	Origin   string    `bson:"origin,omitempty"`
-	// GrantKey: a slot of this counter was handed to the holder (giveBack) and is booked by it
-	// until the holder pushes the key to its levels.
+	// GrantState: the state a waiter gets when a slot is handed to it, HELD when it waits at
+	// its last level (the hand-over completes its acquisition), else PENDING.
+	GrantState string `bson:"grantState,omitempty"`
+	// GrantKey: a slot of this counter was handed to the holder (giveBack) and is booked by it:
+	// until the holder pushes the key to its levels (PENDING), or for good when it was the
+	// holder's last level (HELD).
 	GrantKey string `bson:"grantKey,omitempty"`
 	// IncKey: the counter this holder increments next, written before the increment and
 	// cleared (or moved to the next level) by the write that records the key in Levels. A
@@ -388,7 +398,7 @@ func (d holderDoc) holder() lease.Holder {
 		PodBound:   d.PodBound,
 		Payload:    d.Payload,
 		TTL:        time.Duration(d.TTLSeconds * float64(time.Second)),
-		Levels:     d.Levels,
+		Levels:     d.booked(),
 		AcquiredAt: d.AcquiredAt,
 		LastSeenAt: d.LastSeenAt,
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -39,9 +40,14 @@ func (e *WaitingError) Unwrap() error { return e.Busy }
 var ErrNotWaiting = errors.New("the waiting holder is gone")
 
 // Grant tells a waiting process that a slot of Key was handed to the holder with public ID ID.
+//
+// Held: the hand-over completed the waiter's acquisition (Key was its last level), so the
+// waiter answers without a store call; To: the store (process) the waiter waits in.
 type Grant struct {
-	ID  string `bson:"id"`
-	Key string `bson:"key"`
+	ID   string `bson:"id"`
+	Key  string `bson:"key"`
+	Held bool   `bson:"held,omitempty"`
+	To   string `bson:"to,omitempty"`
 }
 
 // NewToken returns a random 128-bit holder token.
@@ -58,6 +64,7 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 		{Key: "waitKey", Value: l.key},
 		{Key: "waitExp", Value: time.Now().Add(b.waitTTL)},
 		{Key: "origin", Value: s.origin},
+		{Key: "grantState", Value: string(b.grantState(l.key))},
 	}
 	dates := bson.D{{Key: "lastSeenAt", Value: true}}
 	if b.doc.QueuedAt.IsZero() { // a place is kept from level to level
@@ -77,15 +84,48 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 		return false, s.abandon(ctx, token, nil, unavailable("queueing for "+l.key, err))
 	}
 	b.doc.State, b.doc.WaitKey, b.doc.IncKey = string(lease.StateWaiting), l.key, ""
-	waiting := &WaitingError{Busy: busy, Token: token}
-	ok, err := b.claim(ctx, l)
-	if err != nil {
-		return false, errors.Join(waiting, err) // still in line: the caller's Resume sorts it out
+	if b.doc.QueuedAt.IsZero() {
+		b.doc.QueuedAt = time.Now() // the place is set: a wider level keeps it
 	}
-	if !ok {
+	return b.inLine(ctx, l, busy)
+}
+
+// inLine follows a holder's entering l's line: it tries l once (claim), so that a slot freed
+// just before is not missed. claimed is true when the holder booked l after all; otherwise the
+// answer is a *WaitingError with busy (its count refreshed by the try), joined to the store's
+// error if the try failed (the holder is still in line: the caller's Resume sorts it out).
+func (b *funnelRun) inLine(ctx context.Context, l funnelLevel, busy *lease.BusyError) (claimed bool, err error) {
+	ok, count, err := b.claim(ctx, l)
+	waiting := &WaitingError{Busy: busy, Token: b.doc.ID}
+	if err == nil && !ok && count >= 0 {
+		busy.Count = count
+	}
+	switch {
+	case err != nil:
+		return false, errors.Join(waiting, err)
+	case !ok:
 		return false, waiting
 	}
 	return true, nil
+}
+
+// queue is Acquire's first level when this store saw that level's line in the last second:
+// the holder was created in the line already (one write instead of a refused increment and
+// the write that queues), and the level is tried once, as after any entry into a line.
+func (b *funnelRun) queue(ctx context.Context) (lease.Holder, error) {
+	s, l := b.store, b.levels[0]
+	if err := s.fault(StepCreatedInLine, l.key); err != nil {
+		return lease.Holder{}, s.abandon(ctx, b.doc.ID, nil, unavailable("queueing for "+l.key, err))
+	}
+	busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}
+	claimed, err := b.inLine(ctx, l, busy)
+	switch {
+	case err != nil || !claimed:
+		return lease.Holder{}, err
+	case len(b.levels) == 1:
+		return b.doc.holder(), nil
+	}
+	return b.from(ctx, 1)
 }
 
 // claim takes a free slot of l for a holder waiting at it: the level is marked lined and
@@ -93,46 +133,58 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 // comes the conditional increment, then the holder leaves the line with the key booked (HELD if
 // l is its last level). A holder that left the line meanwhile (a slot was handed to it, or it
 // was reaped) counts the slot it just took nowhere: Heal frees it.
-func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
+//
+// count is the level's count as the try saw it, -1 when it did not get that far.
+func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count int, err error) {
 	s, token := b.store, b.doc.ID
 	// Mark the level lined (giveBack then hands its slots over) and see whether it has room.
+	// A counter that is gone (reconcile deletes an unused one) is created again: a waiter
+	// that queued without an increment of its own (queue) must still find room.
 	var c counterDoc
-	err := s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}},
-		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&c)
+	for attempt := 0; ; attempt++ {
+		err = s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&c)
+		if !errors.Is(err, mongo.ErrNoDocuments) || attempt > 0 {
+			break
+		}
+		if err := s.createCounter(ctx, l, b.doc.Resource, b.doc.Tenant); err != nil {
+			return false, -1, err
+		}
+	}
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		return false, nil
+		return false, -1, nil
 	case err != nil:
-		return false, unavailable("reading counter "+l.key, err)
+		return false, -1, unavailable("reading counter "+l.key, err)
 	}
 	s.sawLined(l.key)
 	if c.Count >= l.Cap {
-		return false, nil
+		return false, c.Count, nil
 	}
 	inLine := bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}}
 	res, err := s.holders.UpdateOne(ctx, inLine, bson.D{{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}}})
 	switch {
 	case err != nil:
-		return false, unavailable("claiming "+l.key, err)
+		return false, -1, unavailable("claiming "+l.key, err)
 	case res.MatchedCount == 0:
-		return false, nil // out of the line already: Resume reads why
+		return false, -1, nil // out of the line already: Resume reads why
 	}
 	res, err = s.counters.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}, countBy(1))
 	if err != nil {
-		return false, unavailable("incrementing "+l.key, err) // IncKey stays: Heal counts the slot as maybe taken
+		return false, -1, unavailable("incrementing "+l.key, err) // IncKey stays: Heal counts the slot as maybe taken
 	}
 	if res.MatchedCount == 0 {
 		_, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "incKey", Value: l.key}},
 			bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
 		if err != nil {
-			return false, unavailable("claiming "+l.key, err)
+			return false, -1, unavailable("claiming "+l.key, err)
 		}
-		return false, nil
+		return false, l.Cap, nil
 	}
 	if err := s.fault(StepClaimIncremented, l.key); err != nil {
-		return false, unavailable("claiming "+l.key, err)
+		return false, -1, unavailable("claiming "+l.key, err)
 	}
 	i := b.index(l.key)
 	state := lease.StatePending
@@ -140,20 +192,20 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (bool, error) {
 		state = lease.StateHeld
 	}
 	update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
-	update = unsetting(update, "waitKey", "waitExp")
+	update = unsetting(update, "waitKey", "waitExp", "grantState")
 	res, err = s.holders.UpdateOne(ctx, inLine, update)
 	if err != nil {
 		// Ambiguous: the holder may have left the line with the key. Either way it counts
 		// the slot (levels or IncKey), and Resume's read finds out which.
-		return false, unavailable("claiming "+l.key, err)
+		return false, -1, unavailable("claiming "+l.key, err)
 	}
 	if res.MatchedCount == 0 {
 		s.undoClaim(ctx, token, l.key)
-		return false, nil
+		return false, -1, nil
 	}
-	b.doc.State, b.doc.WaitKey = string(state), ""
+	b.doc.State, b.doc.WaitKey, b.doc.GrantState = string(state), "", ""
 	b.doc.Levels = append(b.doc.Levels, l.key)
-	return true, nil
+	return true, c.Count + 1, nil
 }
 
 // undoClaim follows a claim whose increment of key applied but whose holder had left the
@@ -193,6 +245,15 @@ func unsetting(update bson.D, fields ...string) bson.D {
 	return append(update, bson.E{Key: "$unset", Value: d})
 }
 
+// grantState is the state a waiter at key gets when a slot of key is handed to it: HELD at
+// the funnel's last level, where the hand-over completes the acquisition, else PENDING.
+func (b *funnelRun) grantState(key string) lease.HolderState {
+	if b.index(key) == len(b.levels)-1 {
+		return lease.StateHeld
+	}
+	return lease.StatePending
+}
+
 // index is the position of key in the funnel, or -1.
 func (b *funnelRun) index(key string) int {
 	return slices.IndexFunc(b.levels, func(l funnelLevel) bool { return l.key == key })
@@ -219,6 +280,11 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL}
 	if granted != "" {
 		if i := b.index(granted); i >= 0 {
+			if i == len(levels)-1 {
+				if h, ok := s.handedHolder(req, levels, granted); ok {
+					return h, nil
+				}
+			}
 			// An error here is ambiguous: the read below finds out.
 			if h, done, err := b.takeGrant(ctx, req.Token, i); done {
 				return h, err
@@ -236,6 +302,8 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 		return lease.Holder{}, unavailable("renewing the wait for "+req.Resource, err)
 	}
 	switch {
+	case b.doc.GrantKey != "" && b.doc.State == string(lease.StateHeld):
+		return b.doc.holder(), nil // handed its last level
 	case b.doc.GrantKey != "":
 		if i := b.index(b.doc.GrantKey); i >= 0 {
 			h, done, err := b.takeGrant(ctx, req.Token, i)
@@ -258,11 +326,14 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 	if !look {
 		return lease.Holder{}, waiting
 	}
-	ok, err := b.claim(ctx, l)
+	ok, count, err := b.claim(ctx, l)
 	switch {
 	case err != nil:
 		return lease.Holder{}, err
 	case !ok:
+		if count >= 0 {
+			waiting.Busy.Count = count
+		}
 		return lease.Holder{}, waiting
 	case i == len(levels)-1:
 		return b.doc.holder(), nil
@@ -274,6 +345,18 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 // funnel. done is false when the holder had no grant of that key (the wake-up was stale).
 func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease.Holder, done bool, err error) {
 	s, l := b.store, b.levels[i]
+	if i == len(b.levels)-1 {
+		// The hand-over of a last level made the holder HELD: nothing is left to write.
+		var d holderDoc
+		err := s.holders.FindOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: l.key}, {Key: "state", Value: string(lease.StateHeld)}}).Decode(&d)
+		switch {
+		case errors.Is(err, mongo.ErrNoDocuments):
+			return lease.Holder{}, false, nil
+		case err != nil:
+			return lease.Holder{}, false, unavailable("reading the slot handed over on "+l.key, err)
+		}
+		return d.holder(), true, nil
+	}
 	state := lease.StatePending
 	if i == len(b.levels)-1 {
 		state = lease.StateHeld
@@ -395,10 +478,12 @@ func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
 				{Key: "state", Value: string(lease.StateWaiting)},
 				{Key: "waitKey", Value: bson.D{{Key: "$in", Value: rest}}},
 				{Key: "waitExp", Value: bson.D{{Key: "$gt", Value: time.Now()}}},
+				{Key: "grantState", Value: bson.D{{Key: "$exists", Value: true}}},
 			},
 			bson.D{
-				{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StatePending)}}},
-				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}}},
+				// The waiter's state becomes the one it asked for when it queued: HELD
+				// at its last level, whose acquisition this write completes.
+				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}, {Key: "grantState", Value: "state"}}},
 				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}}},
 				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 			},
@@ -412,7 +497,11 @@ func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
 			// The slots of rest stay booked by their counters until healed (Heal).
 			return nil, unavailable(fmt.Sprintf("handing over %v", rest), err)
 		}
-		grants = append(grants, Grant{ID: d.PID, Key: d.GrantKey})
+		held := d.State == string(lease.StateHeld)
+		if held && d.Origin == s.origin {
+			s.keepHanded(d)
+		}
+		grants = append(grants, Grant{ID: d.PID, Key: d.GrantKey, Held: held, To: d.Origin})
 		origins = append(origins, d.Origin)
 		s.sawLined(d.GrantKey)
 		rest = slices.DeleteFunc(rest, func(k string) bool { return k == d.GrantKey })
@@ -606,3 +695,77 @@ func (s *Store) Line(ctx context.Context, key string) ([]InLine, error) {
 
 // maxLined bounds the counter keys a store remembers as lined.
 const maxLined = 1024
+
+// handedHolders keeps, by public ID, the waiters of this store whose acquisition a hand-over
+// completed (HELD at their last level): the whole holder when this store handed it over, what
+// the event said when another did. The waiter, woken, answers from it without a store call.
+// An entry goes when the waiter takes it or its holder is released; when maxHanded are kept,
+// entries older than a minute are dropped first, and a waiter not found here reads its holder.
+type handedHolders struct {
+	mu   sync.Mutex
+	docs map[string]handedHolder
+}
+
+type handedHolder struct {
+	doc holderDoc
+	at  time.Time
+}
+
+const maxHanded = 4096
+
+func (s *Store) keepHanded(d holderDoc) {
+	h := &s.handed
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.docs == nil {
+		h.docs = map[string]handedHolder{}
+	}
+	now := time.Now()
+	if len(h.docs) >= maxHanded {
+		for id, e := range h.docs {
+			if now.Sub(e.at) > time.Minute {
+				delete(h.docs, id)
+			}
+		}
+	}
+	if len(h.docs) < maxHanded {
+		pid := d.PID
+		if d.ID != "" {
+			pid = lease.HolderID(d.ID)
+		}
+		h.docs[pid] = handedHolder{doc: d, at: now}
+	}
+}
+
+// takeHanded returns and forgets what is kept for the waiter with public ID pid.
+func (s *Store) takeHanded(pid string) (holderDoc, bool) {
+	h := &s.handed
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.docs[pid]
+	delete(h.docs, pid)
+	return e.doc, ok
+}
+
+// handedHolder is the answer of a waiter whose last level, key, was handed to it, from what
+// this store kept of the hand-over: the holder as the hand-over wrote it, or, when another
+// process's event told it, the holder as the request describes it (its times unknown).
+func (s *Store) handedHolder(req AcquireRequest, levels []funnelLevel, key string) (lease.Holder, bool) {
+	d, ok := s.takeHanded(lease.HolderID(req.Token))
+	if !ok || d.GrantKey != key {
+		return lease.Holder{}, false
+	}
+	if d.ID != "" {
+		return d.holder(), true
+	}
+	keys := make([]string, len(levels))
+	for i, l := range levels {
+		keys[i] = l.key
+	}
+	return lease.Holder{
+		Token: req.Token, ID: lease.HolderID(req.Token), State: lease.StateHeld,
+		LeaseName: req.LeaseName, Resource: req.Resource, Type: req.Type,
+		Tenant: req.Tenant, Project: req.Project, User: req.User, HolderRef: req.HolderRef,
+		Pod: req.Pod, PodBound: req.PodBound, Payload: req.Payload, TTL: req.TTL, Levels: keys,
+	}, true
+}

@@ -173,7 +173,8 @@ func TestEveryCrashWindowHealsWithinATTL(t *testing.T) {
 	const ttl = 2 * time.Second
 	steps := []leasestore.Step{
 		leasestore.StepHolderCreated, leasestore.StepCounterIncremented, leasestore.StepLevelPushed,
-		leasestore.StepQueued, leasestore.StepClaimIncremented, leasestore.StepHandedOver, leasestore.StepHolderReleased,
+		leasestore.StepQueued, leasestore.StepCreatedInLine, leasestore.StepClaimIncremented, leasestore.StepHandedOver,
+		leasestore.StepHolderReleased,
 	}
 	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 2}}
 	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
@@ -209,7 +210,7 @@ func TestEveryCrashWindowHealsWithinATTL(t *testing.T) {
 			scenario := []func(){
 				func() { h, _ := faulty.Acquire(ctx, req("bob")); bob = h.Token },
 				func() { cid = tokenOf(faulty.Acquire(ctx, waiter("cid"))) },
-				func() { _, _ = faulty.Acquire(ctx, waiter("dan")) },
+				func() { _, _ = faulty.Acquire(ctx, waiter("dan")) }, // behind cid: created in line
 				func() { // another process's release that found no waiter: room nobody is handed
 					if _, err := rawHolders(t, uri, db).DeleteOne(ctx, bson.D{{Key: "_id", Value: ann.Token}}); err != nil {
 						t.Fatal(err)
@@ -528,4 +529,60 @@ func TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits(t *testing.T) {
 		t.Fatalf("the waiter after a release by a process without the hint: %+v, %v", got, err)
 	}
 	assertNoDrift(t, releaser)
+}
+
+// TestNewcomerJoinsALineInTwoWrites: while this store sees a line at the level, a newcomer
+// that may wait is written into it at once and tries the level once: two writes, where a
+// refused increment and the write that queues would make four. It queues behind the line
+// and is served in its turn; and when the line has emptied and the level has room after
+// all, the try takes the slot.
+func TestNewcomerJoinsALineInTwoWrites(t *testing.T) {
+	var cmds atomic.Int64
+	var counting atomic.Bool
+	s := newStore(t, leasestore.WithCommandObserver(func(string) {
+		if counting.Load() {
+			cmds.Add(1)
+		}
+	}))
+	ctx := ctxT(t)
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	a := mustAcquire(t, s, userReq("ann", globalCap1))
+	w1 := queueWaiter(t, s, userReq("bob", globalCap1)) // the store sees the line
+	counting.Store(true)
+	w2 := queueWaiter(t, s, userReq("cid", globalCap1))
+	counting.Store(false)
+	if n := cmds.Load(); n != 2 {
+		t.Errorf("a newcomer behind a line took %d round trips, want 2", n)
+	}
+	line, err := s.Line(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(line) != 2 || line[0].ID != lease.HolderID(w1) || line[1].ID != lease.HolderID(w2) {
+		t.Fatalf("line %+v, want bob then cid", line)
+	}
+	for _, next := range []struct {
+		user, token string
+	}{{"bob", w1}, {"cid", w2}} {
+		if _, err := s.Release(ctx, a.Token); err != nil {
+			t.Fatal(err)
+		}
+		h, err := resume(t, s, userReq(next.user, globalCap1), next.token, k, false)
+		if err != nil || h.State != lease.StateHeld {
+			t.Fatalf("%s after the release: %+v, %v", next.user, h, err)
+		}
+		a = h
+	}
+	// The line is empty and the level has room: a newcomer (the hint still fresh) queues,
+	// and its one try takes the slot.
+	if _, err := s.Release(ctx, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	r := userReq("dan", globalCap1)
+	r.WaitTTL = time.Minute
+	h, err := s.Acquire(ctx, r)
+	if err != nil || h.State != lease.StateHeld {
+		t.Fatalf("a newcomer at a level with room and an empty line: %+v, %v", h, err)
+	}
+	assertNoDrift(t, s)
 }

@@ -505,3 +505,67 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 	}
 	assertNoDrift(t, ps[0].store)
 }
+
+// TestHandedOverToAnotherProcessAnswersWithoutAWrite: a release in one process hands the slot
+// to a waiter of another, and the hand-over completes that waiter's acquisition (the level is
+// its last): the waiter's process learns it from the event and answers without a write of its
+// own (before, it took the slot with one). Reads are not counted: the waiter's first look
+// sweeps and heals the level in the background.
+func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
+	var mu sync.Mutex
+	var cmds []string
+	counting := false
+	observe := func(cmd string) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch cmd {
+		case "findAndModify", "update", "insert", "delete":
+			if counting {
+				cmds = append(cmds, cmd)
+			}
+		}
+	}
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	defs := []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}}
+	a := newProcessesAt(t, uri, db, 1, defs, processOpts{safety: time.Minute})[0]
+	b := newProcessesAt(t, uri, db, 1, defs,
+		processOpts{safety: time.Minute, storeOpts: []leasestore.Option{leasestore.WithCommandObserver(observe)}})[0]
+	held := mustAcquire(t, a.svc, podReq("x", 0))
+	got := make(chan error, 1)
+	go func() {
+		l, err := acquire(ctxT(t), b.svc, podReq("x", 1))
+		if err == nil {
+			err = b.svc.Check(ctxT(t), l.Token)
+		}
+		got <- err
+	}()
+	a.untilInLine(t, globalKey("x"), 1)
+	mu.Lock()
+	counting = true
+	mu.Unlock()
+	if _, err := a.svc.Release(ctxT(t), held.Token); err != nil {
+		t.Fatal(err)
+	}
+	var answered []string
+	select {
+	case err := <-got:
+		mu.Lock()
+		answered = slices.Clone(cmds)
+		mu.Unlock()
+		if len(answered) > 0 && answered[len(answered)-1] == "update" { // the check's touch
+			answered = answered[:len(answered)-1]
+		}
+		if err != nil {
+			t.Fatalf("the waiter in the other process: %v", err)
+		}
+	case <-time.After(20 * time.Second): // real time: bounded wait for the answer
+		t.Fatal("the waiter in the other process was not answered within 20s (its safety look is a minute away)")
+	}
+	if len(answered) != 0 {
+		t.Errorf("the waiter's process wrote %v before answering, want nothing", answered)
+	}
+}
