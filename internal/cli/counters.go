@@ -23,7 +23,9 @@ type counterJSON struct {
 	Booked int `json:"booked"`
 	// Drift is count - booked: positive blocks slots nobody holds, negative lets the cap be
 	// exceeded. 0 is no drift.
-	Drift     int       `json:"drift"`
+	Drift int `json:"drift"`
+	// Waiting is the number of acquisitions waiting in the counter's line.
+	Waiting   int       `json:"waiting"`
 	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 }
 
@@ -80,7 +82,7 @@ tenant and is left out.`,
 				for _, c := range counters {
 					views = append(views, counterJSON{
 						Key: c.Key, Resource: c.Resource, Level: string(c.Level), Scope: c.Scope,
-						Count: c.Count, Booked: c.Booked, Drift: c.Count - c.Booked, UpdatedAt: c.UpdatedAt.UTC(),
+						Count: c.Count, Booked: c.Booked, Drift: c.Count - c.Booked, Waiting: c.Waiting, UpdatedAt: c.UpdatedAt.UTC(),
 					})
 				}
 				return writeJSON(o.streams.Out, views)
@@ -127,9 +129,10 @@ func parseLevel(s string) (lease.Level, error) {
 
 // renderCounters writes the counter table; now is the server's time.
 func renderCounters(w io.Writer, now time.Time, counters []lease.Counter) error {
-	t := newTable(w, "RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "UPDATED")
+	t := newTable(w, "RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "WAITING", "UPDATED")
 	for _, c := range counters {
-		t.row(c.Resource, string(c.Level), c.Scope, strconv.Itoa(c.Count), strconv.Itoa(c.Booked), driftMarker(c), age(now, c.UpdatedAt))
+		t.row(c.Resource, string(c.Level), c.Scope, strconv.Itoa(c.Count), strconv.Itoa(c.Booked), driftMarker(c),
+			strconv.Itoa(c.Waiting), age(now, c.UpdatedAt))
 	}
 	return t.flush()
 }

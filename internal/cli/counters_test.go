@@ -49,30 +49,30 @@ func TestCountersShowDrift(t *testing.T) {
 		want  [][]string
 	}{
 		{name: "all", want: [][]string{
-			{"q", "global", "*", "1", "1", "-"},
-			{"r", "global", "*", "2", "1", "+1"},
-			{"r", "project", "acme/p", "2", "1", "+1"},
-			{"r", "tenant", "acme", "2", "1", "+1"},
-			{"r", "user", "acme/u", "2", "1", "+1"},
+			{"q", "global", "*", "1", "1", "-", "0"},
+			{"r", "global", "*", "2", "1", "+1", "0"},
+			{"r", "project", "acme/p", "2", "1", "+1", "0"},
+			{"r", "tenant", "acme", "2", "1", "+1", "0"},
+			{"r", "user", "acme/u", "2", "1", "+1", "0"},
 		}},
 		{name: "global level", flags: []string{"--level", "global"}, want: [][]string{
-			{"q", "global", "*", "1", "1", "-"},
-			{"r", "global", "*", "2", "1", "+1"},
+			{"q", "global", "*", "1", "1", "-", "0"},
+			{"r", "global", "*", "2", "1", "+1", "0"},
 		}},
 		{name: "tenant leaves out global", flags: []string{"--tenant", "acme"}, want: [][]string{
-			{"r", "project", "acme/p", "2", "1", "+1"},
-			{"r", "tenant", "acme", "2", "1", "+1"},
-			{"r", "user", "acme/u", "2", "1", "+1"},
+			{"r", "project", "acme/p", "2", "1", "+1", "0"},
+			{"r", "tenant", "acme", "2", "1", "+1", "0"},
+			{"r", "user", "acme/u", "2", "1", "+1", "0"},
 		}},
 		{name: "resource without drift", flags: []string{"--resource", "q"}, want: [][]string{
-			{"q", "global", "*", "1", "1", "-"},
+			{"q", "global", "*", "1", "1", "-", "0"},
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustRun(t, operatorEnv(), args(s, append([]string{"counters"}, tc.flags...)...)...)
 			rows := tableRows(r.stdout)
-			if diff := cmp.Diff([]string{"RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "UPDATED"}, rows[0]); diff != "" {
+			if diff := cmp.Diff([]string{"RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "WAITING", "UPDATED"}, rows[0]); diff != "" {
 				t.Fatalf("header (-want +got):\n%s", diff)
 			}
 			// Leave out UPDATED, the last cell, which depends on time.
@@ -101,6 +101,7 @@ func TestCountersShowDrift(t *testing.T) {
 		type counterJSON struct {
 			Key, Resource, Level, Scope string
 			Count, Booked, Drift        int
+			Waiting                     int
 			UpdatedAt                   time.Time
 		}
 		got := decodeStrict[[]counterJSON](t, r.stdout)

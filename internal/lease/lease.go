@@ -94,6 +94,10 @@ type Counter struct {
 	// Booked is the number of holders whose levels contain this key: the value reconcile
 	// corrects the count to.
 	Booked int
+	// Waiting is the number of live waiters in the counter's line: acquisitions that found
+	// the level full and wait for one of its slots (the count stays at the cap while anyone
+	// waits, so that newcomers queue behind them).
+	Waiting int
 	// BookedBy are the distinct definitions the booking holders were admitted under, sorted;
 	// the live API derives the counter's cap from them (docs/live-api.md, "Caps").
 	BookedBy []DefinitionRef

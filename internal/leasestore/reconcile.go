@@ -190,6 +190,8 @@ func (s *Store) booked(ctx context.Context, resource string) (map[string]int, er
 type booking struct {
 	n    int
 	refs map[lease.DefinitionRef]bool
+	// waiting: live waiters in the counter's line (the views show it; reconcile ignores it).
+	waiting int
 }
 
 // bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
@@ -204,7 +206,9 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 	if f.Tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
-	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1}}
+	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1},
+		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}}
+	now := time.Now()
 	if refs {
 		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
 	}
@@ -213,6 +217,14 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 		func(d holderDoc) error {
 			if d.State == stateReleased {
 				return nil // being released: its slots are on their way back
+			}
+			if d.State == string(lease.StateWaiting) && d.WaitKey != "" && d.WaitExp.After(now) {
+				b := out[d.WaitKey]
+				if b == nil {
+					b = &booking{}
+					out[d.WaitKey] = b
+				}
+				b.waiting++
 			}
 			for _, k := range d.booked() {
 				b := out[k]
@@ -348,7 +360,7 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 			Count: d.Count, UpdatedAt: d.UpdatedAt, BookedBy: b.sortedRefs(),
 		}
 		if b != nil {
-			out[i].Booked = b.n
+			out[i].Booked, out[i].Waiting = b.n, b.waiting
 		}
 	}
 	return out, nil

@@ -586,3 +586,49 @@ func TestNewcomerJoinsALineInTwoWrites(t *testing.T) {
 	}
 	assertNoDrift(t, s)
 }
+
+// TestCountersShowTheLine: the counters' view counts the live waiters in each counter's line
+// (what holds the count at its cap); a lapsed place is not counted, and a waiter handed its
+// slot leaves the line.
+func TestCountersShowTheLine(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	waiting := func() int {
+		t.Helper()
+		cs, err := s.ListCounters(ctx, leasestore.CounterFilter{Resource: "gpu"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if c.Key == k {
+				return c.Waiting
+			}
+		}
+		t.Fatalf("no counter %s in %+v", k, cs)
+		return 0
+	}
+	a := mustAcquire(t, s, userReq("ann", globalCap1))
+	if n := waiting(); n != 0 {
+		t.Fatalf("nobody waits yet, the view says %d", n)
+	}
+	lapsed := userReq("old", globalCap1)
+	lapsed.WaitTTL = time.Millisecond
+	if _, err := s.Acquire(ctx, lapsed); !isWaiting(err) {
+		t.Fatalf("lapsing waiter: %v", err)
+	}
+	w := queueWaiter(t, s, userReq("bob", globalCap1))
+	queueWaiter(t, s, userReq("cid", globalCap1))
+	if n := waiting(); n != 2 {
+		t.Errorf("two live waiters and a lapsed one: the view says %d waiting, want 2", n)
+	}
+	if _, err := s.Release(ctx, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resume(t, s, userReq("bob", globalCap1), w, k, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := waiting(); n != 1 {
+		t.Errorf("after bob was handed the slot: %d waiting, want 1", n)
+	}
+}

@@ -259,6 +259,7 @@ func counterObject(c lease.Counter, ns string) livev1alpha1.LeaseCounter {
 		Count:     int64(c.Count),
 		Booked:    int64(c.Booked),
 		Drift:     c.Drift(),
+		Waiting:   int64(c.Waiting),
 		UpdatedAt: metav1.NewTime(c.UpdatedAt),
 	}
 }

@@ -20,12 +20,13 @@ var (
 
 // TestOccupancyBars: a level with a published cap is drawn as a bar with its text
 // equivalent ("N of CAP"); an ambiguous cap, a level no definition caps and an unknown cap
-// draw no bar and say so; the global level is not shown.
+// draw no bar and say so; the global level is not shown; a level with a line says how many
+// wait in it.
 func TestOccupancyBars(t *testing.T) {
 	src := newFake()
 	src.counters = []Counter{
 		{Resource: "tex", Level: "tenant", Scope: "acme", Count: 2, Booked: 2, Cap: 3, UpdatedAt: testNow},
-		{Resource: "tex", Level: "project", Scope: "acme/thesis", Count: 1, Booked: 1, Cap: 1, UpdatedAt: testNow},
+		{Resource: "tex", Level: "project", Scope: "acme/thesis", Count: 1, Booked: 1, Waiting: 4, Cap: 1, UpdatedAt: testNow},
 		{Resource: "tex", Level: "global", Scope: "*", Count: 5, Booked: 5, Cap: 6, UpdatedAt: testNow},
 		{Resource: "shared", Level: "tenant", Scope: "acme", Count: 2, Booked: 2, CapReason: livev1alpha1.CapReasonAmbiguous,
 			CapNote: "ambiguous: lease a in acme/p (cap 3); lease b in acme/p (cap 5) share this counter", UpdatedAt: testNow},
@@ -54,7 +55,7 @@ func TestOccupancyBars(t *testing.T) {
 		{Level: "project", Scope: "acme/p", Text: "project acme/p 2 in use (not capped)"},
 		{Level: "user", Scope: "acme/ann", Text: "user acme/ann 1 in use (cap unknown) drift +1 no holder books this counter"},
 		{Level: "tenant", Scope: "acme", Meter: "2/3 tex tenant acme: 2 of 3 slots in use", Text: "tenant acme 2 of 3"},
-		{Level: "project", Scope: "acme/thesis", Meter: "1/1 tex project acme/thesis: 1 of 1 slots in use", Text: "project acme/thesis 1 of 1 full"},
+		{Level: "project", Scope: "acme/thesis", Meter: "1/1 tex project acme/thesis: 1 of 1 slots in use", Text: "project acme/thesis 1 of 1 full 4 waiting"},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("occupancy levels (-want +got):\n%s", d)

@@ -117,6 +117,6 @@ func counterFrom(o map[string]any) (Counter, error) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &c); err != nil {
 		return Counter{}, fmt.Errorf("decoding a LeaseCounter: %w", err)
 	}
-	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked,
+	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked, Waiting: c.Waiting,
 		Cap: c.Cap, CapReason: c.CapReason, CapNote: c.CapNote, UpdatedAt: c.UpdatedAt.Time}, nil
 }

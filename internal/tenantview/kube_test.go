@@ -12,7 +12,7 @@ import (
 
 func TestCounterFromReadsTheCap(t *testing.T) {
 	updated := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	base := livev1alpha1.LeaseCounter{Resource: "tex", Level: "tenant", Scope: "acme", Count: 2, Booked: 1, Drift: true}
+	base := livev1alpha1.LeaseCounter{Resource: "tex", Level: "tenant", Scope: "acme", Count: 2, Booked: 1, Drift: true, Waiting: 3}
 	cases := map[string]struct {
 		reason, note string
 		capN         int64
@@ -38,6 +38,7 @@ func TestCounterFromReadsTheCap(t *testing.T) {
 			}
 			want := tc.want
 			want.Resource, want.Level, want.Scope, want.Count, want.Booked, want.UpdatedAt = "tex", "tenant", "acme", 2, 1, updated
+			want.Waiting = 3
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("counter (-want +got):\n%s", diff)
 			}

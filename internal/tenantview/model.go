@@ -38,6 +38,8 @@ type Counter struct {
 	Count    int64
 	// Booked is the number of holders that book the counter: what reconcile corrects Count to.
 	Booked int64
+	// Waiting is the number of acquisitions waiting in the counter's line.
+	Waiting int64
 	// Cap is the level's cap the API publishes; 0 when it publishes none.
 	Cap int64
 	// CapReason is the API's reason for publishing no cap (Ambiguous, Uncapped,

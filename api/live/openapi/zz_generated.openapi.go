@@ -190,6 +190,13 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 							Format:      "",
 						},
 					},
+					"waiting": {
+						SchemaProps: spec.SchemaProps{
+							Description: "waiting is the number of acquisitions waiting in the counter's line for one of its slots. While anyone waits the count stays at the cap: a freed slot goes to the oldest waiter, and newcomers queue behind.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"cap": {
 						SchemaProps: spec.SchemaProps{
 							Description: "cap is the level's cap in the current definitions of the holders that book the counter; absent when it is not known (see capReason). It reflects the definitions as they are now, not the cap a holder was admitted against.",

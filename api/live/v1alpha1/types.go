@@ -127,6 +127,11 @@ type LeaseCounter struct {
 	Booked int64 `json:"booked"`
 	// drift is true when count and booked differ.
 	Drift bool `json:"drift"`
+	// waiting is the number of acquisitions waiting in the counter's line for one of its
+	// slots. While anyone waits the count stays at the cap: a freed slot goes to the oldest
+	// waiter, and newcomers queue behind.
+	// +optional
+	Waiting int64 `json:"waiting,omitempty"`
 	// cap is the level's cap in the current definitions of the holders that book the
 	// counter; absent when it is not known (see capReason). It reflects the definitions as
 	// they are now, not the cap a holder was admitted against.
