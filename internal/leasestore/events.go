@@ -155,8 +155,11 @@ func (s *Store) ensureEvents(ctx context.Context) error {
 	if time.Now().Before(s.eventsRetryAt) {
 		return unavailable("creating "+EventsCollection, errors.New("failed recently; not retried yet"))
 	}
-	err := s.db.CreateCollection(ctx, EventsCollection,
-		options.CreateCollection().SetCapped(true).SetSizeInBytes(eventsBytes).SetMaxDocuments(eventsMaxDocs))
+	err := s.fault(StepCreatingEvents, EventsCollection)
+	if err == nil {
+		err = s.db.CreateCollection(ctx, EventsCollection,
+			options.CreateCollection().SetCapped(true).SetSizeInBytes(eventsBytes).SetMaxDocuments(eventsMaxDocs))
+	}
 	var ce mongo.CommandError
 	if err != nil && (!errors.As(err, &ce) || ce.Code != codeNamespaceExists) {
 		s.eventsRetryAt = time.Now().Add(eventsRetry)

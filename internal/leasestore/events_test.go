@@ -3,8 +3,11 @@ package leasestore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,4 +202,121 @@ func TestNotifierResetsAfterABreak(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.waitFor(t, "reset after the cursor broke", func(_ []string, resets int) bool { return resets >= 1 })
+}
+
+// refuseEvents is a fault hook for a server without capped collections: creating the events
+// collection fails. It counts the tries.
+func refuseEvents(tries *atomic.Int32) leasestore.FaultFunc {
+	return func(step leasestore.Step, _ string) error {
+		if step == leasestore.StepCreatingEvents {
+			tries.Add(1)
+			return errors.New("capped collections are not supported")
+		}
+		return nil
+	}
+}
+
+// TestNotifierWithoutEventsWakesNobody: on a server where the events collection cannot be
+// had, the notifier stays in poll mode and asks again less and less often, and it never
+// wakes the waiters as if a slot were freed: they learn at their safety looks, by a read. A
+// notifier that reset on every failed round made every waiter write once a second (issue 18,
+// finding 5).
+func TestNotifierWithoutEventsWakesNobody(t *testing.T) {
+	var tries atomic.Int32
+	s := newStore(t, leasestore.WithFault(refuseEvents(&tries)))
+	log := newKeyLog()
+	n := leasestore.NewNotifier(s, log.granted, log.reset)
+	n.SetBackoff(time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.Run(ctx)
+	}()
+	// Rounds of 1, 2, 4, ... ms: in 300 ms about eight of them.
+	time.Sleep(300 * time.Millisecond) // real time: the notifier's own pauses run
+	cancel()
+	waitfor.Closed(t, done, "the notifier stopping")
+	if got := n.Mode(); got != leasestore.NotifyPoll {
+		t.Errorf("mode = %q, want %q", got, leasestore.NotifyPoll)
+	}
+	if _, resets := log.snapshot(); resets != 0 {
+		t.Errorf("the notifier woke every waiter %d times without a slot freed; want never", resets)
+	}
+	// One store asks once per EventsRetry: the later rounds are refused without a command.
+	if got := tries.Load(); got != 1 {
+		t.Errorf("events collection created %d times in 300 ms, want once (then once per %v)", got, leasestore.EventsRetry)
+	}
+}
+
+// TestPublisherWithoutEventsDoesNotRetryEveryRelease: hand-overs to waiters of other
+// processes on such a server do not try to create the events collection at every release
+// (issue 18, finding 5).
+func TestPublisherWithoutEventsDoesNotRetryEveryRelease(t *testing.T) {
+	var tries atomic.Int32
+	s := newStore(t, leasestore.WithFault(refuseEvents(&tries)), leasestore.WithGrantEvents())
+	for i := range 20 {
+		s.Publish([]leasestore.Grant{{ID: fmt.Sprintf("w%d", i), Key: "r|global|*", To: "elsewhere"}}, []string{"elsewhere"})
+		time.Sleep(5 * time.Millisecond) // real time: one publication per grant, as from separate releases
+	}
+	if err := s.Close(ctxT(t)); err != nil { // waits for the publisher
+		t.Fatal(err)
+	}
+	if got := tries.Load(); got != 1 {
+		t.Errorf("20 releases tried to create the events collection %d times, want once", got)
+	}
+}
+
+// TestEveryGrantOfALargeBatchArrives: hundreds of grants with long counter keys, made while
+// one insert is in flight, are split into events that each fit the capped collection, and
+// every grant reaches the other process. One event with all of them outgrew the collection,
+// its insert failed, and every waiter named in it waited for its safety look (issue 18,
+// finding 8).
+func TestEveryGrantOfALargeBatchArrives(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	a := newStoreAt(t, uri, db, leasestore.WithGrantEvents())
+	b := newStoreAt(t, uri, db)
+	log := newKeyLog()
+	n := runNotifier(t, b, log)
+	waitfor.Until(t, "the notifier following", func() bool { return n.Mode() == leasestore.NotifyTail || n.Mode() == leasestore.NotifyChangeStream })
+
+	// Keys as long as scopes get: a user scope with a long user name.
+	const grants = 300
+	long := strings.Repeat("u", 240)
+	batch := make([]leasestore.Grant, grants)
+	origins := make([]string, grants)
+	for i := range batch {
+		batch[i] = leasestore.Grant{ID: fmt.Sprintf("w%03d", i), Key: fmt.Sprintf("r|user|acme/%s%03d", long, i), Held: true, To: b.Origin()}
+		origins[i] = b.Origin()
+	}
+	a.Publish(batch, origins)
+	log.waitFor(t, "every grant of the batch at the other process", func(keys []string, _ int) bool { return len(keys) == grants })
+
+	// Every event fits the capped collection, as MongoDB requires (the development server
+	// does not check it).
+	sizes, err := a.EventSizes(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range sizes {
+		if size >= leasestore.EventsBytes {
+			t.Errorf("an event of %d bytes, the events collection holds %d", size, leasestore.EventsBytes)
+		}
+	}
+	if len(sizes) < grants/leasestore.EventMaxGrants {
+		t.Errorf("%d grants in %d events, want at most %d per event", grants, len(sizes), leasestore.EventMaxGrants)
+	}
+	// The bound behind it: an event of the most grants it may carry, of this size, fits the
+	// collection several times over.
+	size, err := leasestore.EventSize(batch[:leasestore.EventMaxGrants])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size*4 > leasestore.EventsBytes {
+		t.Errorf("an event of %d grants of this size is %d bytes; the collection holds %d", leasestore.EventMaxGrants, size, leasestore.EventsBytes)
+	}
 }

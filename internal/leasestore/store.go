@@ -59,6 +59,9 @@ const (
 	// StepHandedOver: after a freed slot was handed to a waiter, before the waiter is told
 	// and the other slots are given back.
 	StepHandedOver Step = "handed-over"
+	// StepCreatingEvents: before the store creates the capped events collection; an error
+	// stands for a server that refuses it (no capped collections).
+	StepCreatingEvents Step = "creating-events"
 )
 
 // ErrCrash is what a fault hook returns to make the operation stop where it is, without any

@@ -3,6 +3,7 @@ package leasestore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,11 +46,13 @@ func TestLineServesOldestFirst(t *testing.T) {
 	ctx := ctxT(t)
 	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
 	a := mustAcquire(t, s, userReq("ann", globalCap1))
-	lapsed := userReq("old", globalCap1)
-	lapsed.WaitTTL = time.Millisecond // lapses at once: as if its process had died
-	_, err := s.Acquire(ctx, lapsed)
-	if !isWaiting(err) {
-		t.Fatalf("lapsing waiter: %v", err)
+	// More lapsed places ahead than a look ever read before (issue 18, finding 8).
+	for i := range 10 {
+		lapsed := userReq(fmt.Sprintf("old%d", i), globalCap1)
+		lapsed.WaitTTL = time.Millisecond // lapses at once: as if its process had died
+		if _, err := s.Acquire(ctx, lapsed); !isWaiting(err) {
+			t.Fatalf("lapsing waiter: %v", err)
+		}
 	}
 	w1 := queueWaiter(t, s, userReq("bob", globalCap1))
 	w2 := queueWaiter(t, s, userReq("cid", globalCap1))
@@ -74,6 +77,38 @@ func TestLineServesOldestFirst(t *testing.T) {
 	}
 	if h, err := resume(t, s, userReq("cid", globalCap1), w2, k, false); err != nil || h.State != lease.StateHeld {
 		t.Fatalf("cid next: %+v, %v", h, err)
+	}
+	assertNoDrift(t, s)
+}
+
+// TestWaiterHandedASlotThatLeavesPassesItOn: a waiter whose acquisition a hand-over
+// completed, and which leaves before it answers (its caller gone, its deadline come), passes
+// the slot to the next waiter of the line; the hand-over is not lost with it (issue 18,
+// finding 7).
+func TestWaiterHandedASlotThatLeavesPassesItOn(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	a := mustAcquire(t, s, userReq("ann", globalCap1))
+	w1 := queueWaiter(t, s, userReq("bob", globalCap1))
+	w2 := queueWaiter(t, s, userReq("cid", globalCap1))
+	if _, err := s.Release(ctx, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Withdraw(ctx, w1); err != nil { // bob leaves with the slot handed to him
+		t.Fatal(err)
+	}
+	if c := counts(t, s)[k]; c != [2]int{1, 1} {
+		t.Fatalf("after bob left: count/booked %v, want the slot kept for cid", c)
+	}
+	if h, err := resume(t, s, userReq("cid", globalCap1), w2, k, false); err != nil || h.State != lease.StateHeld {
+		t.Fatalf("cid, next in line: %+v, %v", h, err)
+	}
+	if _, err := s.Release(ctx, w2); err != nil {
+		t.Fatal(err)
+	}
+	if c := counts(t, s)[k]; c != [2]int{0, 0} {
+		t.Fatalf("after the last release: count/booked %v, want the slot back at the counter", c)
 	}
 	assertNoDrift(t, s)
 }

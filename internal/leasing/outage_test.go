@@ -1,6 +1,7 @@
 package leasing_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 // freezeProxy forwards TCP to the store until frozen: then bytes stop flowing both ways
@@ -126,9 +130,99 @@ func TestStoreHangDuringTheWaitIsUnavailable(t *testing.T) {
 
 	// Freeze once the acquisition is in its waiting phase (its first round is over).
 	time.AfterFunc(400*time.Millisecond, proxy.freeze)
+	start := time.Now()
 	_, err = acquire(ctxT(t), e.svc, req("x", "acme", "p", "waiter"))
+	took := time.Since(start)
 	proxy.thaw()
 	if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire while the store hangs mid-wait = %v, want unavailable", err)
+	}
+	// The answer comes at the wait's deadline (1.5 s) plus the documented margin, not at the
+	// store's timeout (10 s), which bounded a waiter's calls before (issue 18, finding 6). Half
+	// the store's timeout: far above the deadline on a loaded machine, far below the timeout.
+	if took > 5*time.Second {
+		t.Errorf("answered after %v: bounded by the store's timeout (10 s), not by the wait (1.5 s)", took)
+	}
+}
+
+// stallingStore lets one kind of call of the wrapped store hang until the test lets it go,
+// as a store that accepted the command and has not answered yet.
+type stallingStore struct {
+	leasing.Store
+	// sweep: SweepIdle stalls; acquireAfter: every Acquire after the first n stalls.
+	sweep        bool
+	acquireAfter int
+	mu           sync.Mutex
+	acquires     int
+	stalled      chan struct{} // a call stalls
+	release      chan struct{} // closed by the test: stalled calls go on
+}
+
+func (s *stallingStore) stall() {
+	select {
+	case s.stalled <- struct{}{}:
+	default:
+	}
+	<-s.release
+}
+
+func (s *stallingStore) SweepIdle(ctx context.Context, resource string) (leasestore.IdleSweep, error) {
+	if s.sweep {
+		s.stall()
+	}
+	return s.Store.SweepIdle(ctx, resource)
+}
+
+func (s *stallingStore) Acquire(ctx context.Context, r leasestore.AcquireRequest) (lease.Holder, error) {
+	s.mu.Lock()
+	s.acquires++
+	n := s.acquires
+	s.mu.Unlock()
+	if s.acquireAfter > 0 && n > s.acquireAfter {
+		s.stall()
+	}
+	return s.Store.Acquire(ctx, r)
+}
+
+// TestShortWaitAnswersWhileItsCallsHang: a wait too short to join the line (300 ms) sweeps
+// the resource and tries once more; when the store takes its time with the sweep, or with the
+// second try, the acquisition still answers at its deadline plus the margin, while the call
+// is in flight. Before, both calls were bounded by the store's timeout only (issue 18, finding
+// 6): here the stalled call would have kept the answer until the test let it go. The store
+// answered nothing in this process since the stalled call was asked, so the answer is
+// LEASE_UNAVAILABLE (docs/waiting.md, "Deadlines and outages").
+func TestShortWaitAnswersWhileItsCallsHang(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		sweep        bool
+		acquireAfter int
+	}{
+		{name: "sweep", sweep: true},
+		{name: "second try", acquireAfter: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 300}}, envOpts{})
+			mustAcquire(t, e.svc, req("x", "acme", "p", "holder"))
+			st := &stallingStore{Store: e.store, sweep: tc.sweep, acquireAfter: tc.acquireAfter,
+				stalled: make(chan struct{}, 1), release: make(chan struct{})}
+			defer close(st.release)
+			svc := leasing.NewService(st, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex"),
+				leasing.WithMetrics(e.metrics), leasing.WithSweepInterval(time.Millisecond))
+
+			answer := make(chan error, 1)
+			go func() {
+				_, err := acquire(ctxT(t), svc, req("x", "acme", "p", "waiter"))
+				answer <- err
+			}()
+			select {
+			case <-st.stalled:
+			case err := <-answer:
+				t.Fatalf("answered %v before the call that stalls", err)
+			}
+			err := waitfor.Receive(t, answer, "the answer while the call stalls")
+			if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
+				t.Errorf("answer = %v, want unavailable", err)
+			}
+		})
 	}
 }

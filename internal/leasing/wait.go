@@ -73,6 +73,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 	// A wait too short to take a slot handed over (the hand-over, the wake-up and the take
 	// are a few store round trips) does not join the line: there it would only hold slots
 	// that it has to pass on again as it leaves. It tries again once, from room.
+	mayWait := deadline.After(s.clk.Now())
 	canWait := deadline.Sub(s.clk.Now()) >= minLineWait
 	// A waiter renews its place at every safety look; three missed ones and it is passed
 	// over. Its place never outlives its deadline: a slot is not handed to a caller that has
@@ -105,7 +106,14 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			key := busyKey(busy)
 			s.background.Go(func() { _, _ = s.store.Heal(context.Background(), key) })
 		}
-		retry := s.sweep(ctx, req.Resource) > 0
+		// With a wait, the sweep and the retry it earns are later calls, bounded by the
+		// deadline; without one they are part of the one attempt.
+		asked := s.clk.Now()
+		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req.Resource) })
+		if !done {
+			return lease.Holder{}, s.cut(ctx, op, asked, busy)
+		}
+		retry := swept > 0
 		if !retry {
 			if d := deadline.Sub(s.clk.Now()) * 3 / 4; d > 0 {
 				if woke, _ := w.Wait(ctx, s.clk, d, deadline); woke == waitq.Cancelled {
@@ -116,8 +124,21 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			}
 		}
 		if retry {
-			req.Token = ""
-			h, err = s.store.Acquire(ctx, req)
+			if req.Token, err = leasestore.NewToken(); err != nil {
+				return lease.Holder{}, err
+			}
+			asked = s.clk.Now()
+			retried := func(cctx context.Context) (lease.Holder, error) { return s.store.Acquire(cctx, req) }
+			var done bool
+			if mayWait {
+				h, done, err = s.call(ctx, deadline, req.Token, retried)
+			} else {
+				h, err = retried(ctx)
+				done = true
+			}
+			if !done {
+				return lease.Holder{}, s.cut(ctx, op, asked, busy)
+			}
 			if busy, err = s.outcome(op, err); err != nil || busy == nil {
 				return h, err
 			}
@@ -177,17 +198,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			return s.store.Resume(cctx, req, key, look)
 		})
 		if !done {
-			// Cut by the deadline or the caller: busy with the last diagnosis, unless the
-			// store has answered nothing in this process since the look was asked (then it
-			// is the outage; docs/waiting.md, "Outages").
-			if ctx.Err() != nil {
-				busy.Err = ctx.Err()
-				return lease.Holder{}, busy
-			}
-			if !s.answeredSince(asked) {
-				return lease.Holder{}, storeError(op, "lease", errors.New("the store did not answer during the wait"))
-			}
-			return lease.Holder{}, busy
+			return lease.Holder{}, s.cut(ctx, op, asked, busy)
 		}
 		switch {
 		case err == nil:
@@ -222,7 +233,7 @@ func (s *Service) call(ctx context.Context, deadline time.Time, token string, f 
 	s.background.Go(func() {
 		h, err := f(cctx)
 		var w *leasestore.WaitingError
-		if err == nil || errors.As(err, &w) || errors.Is(err, leasestore.ErrNotWaiting) {
+		if err == nil || errors.As(err, &w) || errors.Is(err, leasestore.ErrNotWaiting) || errors.Is(err, lease.ErrBusy) {
 			s.answered()
 		}
 		mu.Lock()
@@ -252,6 +263,46 @@ func (s *Service) call(ctx context.Context, deadline time.Time, token string, f 
 	}
 	abandoned = true
 	return lease.Holder{}, false, nil
+}
+
+// within runs f on its own goroutine and waits for its result until deadline plus
+// deadlineMargin, or ctx's end: done is false when it stopped waiting first (f goes on, its
+// result is dropped). Without bounded, f runs on the caller's goroutine.
+func within[T any](ctx context.Context, s *Service, bounded bool, deadline time.Time, f func(context.Context) T) (v T, done bool) {
+	if !bounded {
+		return f(ctx), true
+	}
+	res := make(chan T, 1)
+	cctx := context.WithoutCancel(ctx)
+	s.background.Go(func() { res <- f(cctx) })
+	t := s.clk.NewTimer(max(deadline.Add(deadlineMargin).Sub(s.clk.Now()), 0))
+	defer t.Stop()
+	select {
+	case v = <-res:
+		return v, true
+	case <-t.C():
+	case <-ctx.Done():
+	}
+	select {
+	case v = <-res: // it came just now
+		return v, true
+	default:
+		return v, false
+	}
+}
+
+// cut is the answer of an acquisition whose store call the deadline or the caller overtook:
+// busy with the last diagnosis, unless the store has answered nothing in this process since
+// the call was asked (then it is the outage; docs/waiting.md, "Deadlines and outages").
+func (s *Service) cut(ctx context.Context, op string, asked time.Time, busy *lease.BusyError) error {
+	if ctx.Err() != nil {
+		busy.Err = ctx.Err()
+		return busy
+	}
+	if !s.answeredSince(asked) {
+		return storeError(op, "lease", errors.New("the store did not answer during the wait"))
+	}
+	return busy
 }
 
 // answered records that the store answered a call of this process just now.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -169,9 +170,10 @@ func podReq(name string, i int) leasing.Request {
 	return r
 }
 
-// capWatch reads the counters until stopped and records the highest count seen.
-func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
-	var most atomic.Int64
+// capWatch reads the counters until stopped and records the highest count seen at each level.
+func capWatch(t *testing.T, s *leasestore.Store) (stop func() map[lease.Level]int) {
+	var mu sync.Mutex
+	most := map[lease.Level]int{}
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -186,17 +188,19 @@ func capWatch(t *testing.T, s *leasestore.Store) (stop func() int) {
 			if err != nil {
 				continue
 			}
+			mu.Lock()
 			for _, c := range cs {
-				if int64(c.Count) > most.Load() {
-					most.Store(int64(c.Count))
-				}
+				most[c.Level] = max(most[c.Level], c.Count)
 			}
+			mu.Unlock()
 		}
 	}()
-	return func() int {
+	return func() map[lease.Level]int {
 		close(done)
 		waitfor.Closed(t, finished, "the counter sampler stopping")
-		return int(most.Load())
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(most)
 	}
 }
 
@@ -262,7 +266,7 @@ func TestWaitersInSeveralProcessesKeepTheInvariant(t *testing.T) {
 	waitfor.Group(t, &doomedWG, "the waiters of the stopped process")
 
 	waitfor.Group(t, &wg, "the holders")
-	if most := stopWatch(); most > capacity {
+	if most := stopWatch()[lease.LevelGlobal]; most > capacity {
 		t.Errorf("a counter reached %d, cap %d", most, capacity)
 	}
 	if n := got.Load(); n != 3*perProcess*rounds {
@@ -568,4 +572,107 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 	if len(answered) != 0 {
 		t.Errorf("the waiter's process wrote %v before answering, want nothing", answered)
 	}
+}
+
+// TestWaitersOfTwoTenantsAreToldTheirOwnDiagnosis: waiters of two tenants wait in the one line
+// of the global level they share, in two processes. A refusal of one tenant's level (acme's,
+// full with its holder and its waiter) is acme's alone: the globex waiter, in the process
+// that saw the refusal, is never told acme's occupancy, and its answer names the global level
+// or its own tenant. Before, a look's result was shared under the full level's key across
+// tenants (issue 18, finding 3). The slot freed by globex goes to the oldest waiter, acme's.
+func TestWaitersOfTwoTenantsAreToldTheirOwnDiagnosis(t *testing.T) {
+	ps := newProcesses(t, 2, []leaseDef{{name: "x", tenant: 2, global: 2, ttlSeconds: 60, waitMs: 30000}}, processOpts{})
+	k := globalKey("x")
+	mustAcquire(t, ps[0].svc, req("x", "acme", "p", "a1"))
+	g1 := mustAcquire(t, ps[1].svc, req("x", "globex", "p", "g1"))
+
+	type answer struct {
+		l   leasing.Lease
+		err error
+	}
+	acmeDone, globexDone := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		l, err := acquire(ctxT(t), ps[0].svc, req("x", "acme", "p", "a2"))
+		acmeDone <- answer{l, err}
+	}()
+	ps[0].untilInLine(t, k, 1)
+	go func() {
+		r := req("x", "globex", "p", "g2")
+		r.Wait = waitFor(2 * time.Second)
+		l, err := acquire(ctxT(t), ps[1].svc, r)
+		globexDone <- answer{l, err}
+	}()
+	ps[0].untilInLine(t, k, 2)
+
+	// acme's tenant level is full (its holder and its waiter book it): refused there.
+	noWait := req("x", "acme", "p", "a3")
+	noWait.Wait = waitFor(0)
+	_, err := acquire(ctxT(t), ps[1].svc, noWait)
+	if b := asBusy(t, err); b.Level != lease.LevelTenant || b.Scope != "acme" {
+		t.Errorf("acme's newcomer: %+v, want refused at acme's tenant level", b)
+	}
+
+	if _, err := ps[1].svc.Release(ctxT(t), g1.Token); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitfor.Receive(t, acmeDone, "acme's waiter"); a.err != nil {
+		t.Errorf("acme's waiter, first in line: %v", a.err)
+	}
+	a := waitfor.Receive(t, globexDone, "globex's waiter")
+	b := asBusy(t, a.err)
+	if b.Level != lease.LevelGlobal || b.Scope != "*" || b.Count != 2 || b.Cap != 2 {
+		t.Errorf("globex's waiter was told %+v, want the global level it waits at, 2 of 2", b)
+	}
+	ps[0].untilInLine(t, "", 0)
+	assertNoDrift(t, ps[0].store)
+}
+
+// TestNarrowAndWideLinesKeepEveryCap: holders of four users loop acquire, hold, release on a
+// resource capped at one per user and three in all, in two processes, so that waiters stand
+// in the users' lines and in the global line at once. No counter ever exceeds its own level's
+// cap: a waiter that was handed a user slot still queues at the full global level, behind the
+// older waiters there (issue 18, finding 4, where a reservation at one level let its holder
+// pass the barrier of every level). At rest nothing is booked and nothing drifts.
+func TestNarrowAndWideLinesKeepEveryCap(t *testing.T) {
+	const users, perUser, rounds = 4, 3, 4
+	ps := newProcesses(t, 2, []leaseDef{{name: "x", user: 1, global: 3, ttlSeconds: 60, waitMs: 30000}}, processOpts{})
+	stopWatch := capWatch(t, ps[0].store)
+
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	for u := range users {
+		for c := range perUser {
+			p := ps[(u*perUser+c)%len(ps)]
+			wg.Go(func() {
+				r := req("x", "acme", "p", fmt.Sprintf("u%d", u))
+				r.Pod = lease.PodRef{Namespace: "ns", Name: fmt.Sprintf("pod-%d-%d", u, c), UID: fmt.Sprintf("uid-%d-%d", u, c)}
+				for range rounds {
+					l, err := acquire(ctxT(t), p.svc, r)
+					if err != nil {
+						t.Errorf("user %d holder %d: %v", u, c, err)
+						return
+					}
+					got.Add(1)
+					time.Sleep(time.Duration(c) * time.Millisecond) // real time: holds of different lengths against the real store
+					if _, err := p.svc.Release(ctxT(t), l.Token); err != nil {
+						t.Errorf("user %d holder %d release: %v", u, c, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	waitfor.Group(t, &wg, "the holders")
+	most := stopWatch()
+	if most[lease.LevelUser] > 1 || most[lease.LevelGlobal] > 3 {
+		t.Errorf("highest counts %v, caps user 1 and global 3", most)
+	}
+	if n := got.Load(); n != users*perUser*rounds {
+		t.Errorf("%d acquisitions, want %d", n, users*perUser*rounds)
+	}
+	ps[0].untilInLine(t, "", 0)
+	if hs, _ := holdersAndCounters(t, ps[0].store); len(hs) != 0 {
+		t.Errorf("%d holders left at rest", len(hs))
+	}
+	assertNoDrift(t, ps[0].store)
 }
