@@ -519,6 +519,10 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 	var mu sync.Mutex
 	var cmds []string
 	counting := false
+	// The waiter's entry into the line ends with its one try of the level, whose first write
+	// (a findAndModify that marks the level lined) may still be on its way when the waiter
+	// shows in the line: counting starts after it.
+	entered := make(chan struct{})
 	observe := func(cmd string) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -526,6 +530,9 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 		case "findAndModify", "update", "insert", "delete":
 			if counting {
 				cmds = append(cmds, cmd)
+			} else if cmd == "findAndModify" && entered != nil {
+				close(entered)
+				entered = nil
 			}
 		}
 	}
@@ -548,6 +555,12 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 		got <- err
 	}()
 	a.untilInLine(t, globalKey("x"), 1)
+	mu.Lock()
+	waitEntry := entered
+	mu.Unlock()
+	if waitEntry != nil {
+		waitfor.Closed(t, waitEntry, "the waiter's try of the level")
+	}
 	mu.Lock()
 	counting = true
 	mu.Unlock()
