@@ -45,6 +45,7 @@ func TestRevokeFreesTheSlot(t *testing.T) {
 		Tenant: "acme", Project: "p", User: "u", HolderRef: "job-1",
 		Pod: "ns/pod-a", PodUID: "uid-a", PodBound: true, Payload: map[string]string{"jobId": "42"},
 		Levels: []string{"tex2pdf|user|acme/u", "tex2pdf|project|acme/p", "tex2pdf|tenant|acme", "tex2pdf|global|*"},
+		Fence:  h.Fence,
 	}}
 	if diff := cmp.Diff(want, got, sortStrings, cmpopts.IgnoreFields(opsview.HolderView{}, "AcquiredAt", "LastSeenAt")); diff != "" {
 		t.Errorf("revoke answer (-want +got):\n%s", diff)

@@ -40,8 +40,9 @@ func newListCommand(o *options) *cobra.Command {
 namespace RBAC lets you list (a holder appears in its tenant's namespaces). --force reads
 MongoDB directly instead.
 
-AGE is the time since the acquisition, IDLE the time since the last check (or payload update);
-a holder idle longer than its TTL is reaped by the next sweep.`,
+FENCE is the grant's fencing token (docs/fencing.md). AGE is the time since the acquisition,
+IDLE the time since the last check (or payload update); a holder idle longer than its TTL is
+reaped by the next sweep.`,
 		Example: `  kubectl lease list
   kubectl lease list --tenant acme --resource tex2pdf
   kubectl lease list --pod apps/brain-7d9f-x2 -o json`,
@@ -109,12 +110,20 @@ func describeHolderFilter(f leasestore.HolderFilter) string {
 
 // renderHolders writes the holder table; now is the server's time.
 func renderHolders(w io.Writer, now time.Time, holders []lease.Holder) error {
-	t := newTable(w, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "AGE", "IDLE", "TTL")
+	t := newTable(w, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "FENCE", "AGE", "IDLE", "TTL")
 	for _, h := range holders {
-		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h),
+		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h), fenceOf(h),
 			age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL))
 	}
 	return t.flush()
+}
+
+// fenceOf is the holder's fence, "-" before its grant.
+func fenceOf(h lease.Holder) string {
+	if h.Fence == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(h.Fence, 10)
 }
 
 // stateOf is the stored state, marked when the holder is idle past its TTL (the next sweep
@@ -188,6 +197,7 @@ func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.C
 	}
 	field("ID", h.ID)
 	field("State", stateOf(now, h))
+	field("Fence", fenceOf(h))
 	field("Lease", h.LeaseName)
 	field("Resource", h.Resource)
 	field("Type", h.Type)

@@ -97,6 +97,7 @@ type holderJSON struct {
 	Levels     []string          `json:"levels"`
 	AcquiredAt string            `json:"acquiredAt"`
 	LastSeenAt string            `json:"lastSeenAt"`
+	Fence      int64             `json:"fence"`
 	TTLSeconds float64           `json:"ttlSeconds"`
 }
 
@@ -121,7 +122,7 @@ func TestListJSON(t *testing.T) {
 		ID: sd.browser.ID, State: "HELD", Lease: "browser", Resource: "browser", Type: "mcp",
 		Tenant: "acme", Project: "p", HolderRef: "job-1", Pod: "ns/pod-a", PodUID: "uid-a2",
 		Payload: map[string]string{"endpoint": "http://mcp:8080/mcp", "sessionId": "s-1"},
-		Levels:  []string{"browser|project|acme/p"}, TTLSeconds: 3600,
+		Levels:  []string{"browser|project|acme/p"}, TTLSeconds: 3600, Fence: sd.browser.Fence,
 	}}
 	if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
 		t.Errorf("list -o json (-want +got):\n%s", diff)
@@ -181,7 +182,7 @@ func TestShow(t *testing.T) {
 		want := holderJSON{
 			ID: h.ID, State: "HELD", Lease: "tex", Resource: "tex2pdf", Type: "tex",
 			Tenant: "acme", Project: "p", User: "ann", HolderRef: "job-1", Pod: "ns/pod-a", PodUID: "uid-a",
-			PodBound: true, Payload: map[string]string{"jobId": "42"}, TTLSeconds: 3600,
+			PodBound: true, Payload: map[string]string{"jobId": "42"}, TTLSeconds: 3600, Fence: h.Fence,
 			Levels: []string{"tex2pdf|user|acme/ann", "tex2pdf|project|acme/p", "tex2pdf|tenant|acme", "tex2pdf|global|*"},
 		}
 		if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {

@@ -326,7 +326,7 @@ func holderOf(o livev1alpha1.LeaseHolder) lease.Holder {
 		Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
 		Pod:      lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID},
 		PodBound: o.Spec.PodBound, Payload: o.Spec.Payload, TTL: time.Duration(o.Spec.TTLSeconds) * time.Second,
-		Levels: o.Status.Levels, AcquiredAt: o.Status.AcquiredAt.Time, LastSeenAt: o.Status.LastSeenAt.Time,
+		Levels: o.Status.Levels, AcquiredAt: o.Status.AcquiredAt.Time, LastSeenAt: o.Status.LastSeenAt.Time, Fence: o.Status.Fence,
 	}
 }
 

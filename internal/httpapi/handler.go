@@ -146,11 +146,12 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.Check(r.Context(), r.PathValue("token")); err != nil {
+	fence, err := h.svc.CheckFence(r.Context(), r.PathValue("token"))
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, outcomeBody{Outcome: "ok"})
+	httpjson.Write(w, http.StatusOK, checkBody{Outcome: "ok", Fence: fence})
 }
 
 func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {

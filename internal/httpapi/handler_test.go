@@ -37,6 +37,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	token, _ := out["token"].(string)
 	want := map[string]any{
 		"token": token, "noop": false, "lease": "tex", "resource": "tex2pdf", "ttlSeconds": float64(120),
+		"fence": float64(1), // the resource's first grant
 		"levels": []any{
 			map[string]any{"level": "project", "scope": "acme/p1", "cap": float64(1)},
 			map[string]any{"level": "global", "scope": "*", "cap": float64(6)},
@@ -53,7 +54,7 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Errorf("stored holder = %+v", h)
 	}
 
-	if status, out := e.do(t, http.MethodPost, "/v1/leases/"+token+"/check", ""); status != http.StatusOK || out["outcome"] != "ok" {
+	if status, out := e.do(t, http.MethodPost, "/v1/leases/"+token+"/check", ""); status != http.StatusOK || out["outcome"] != "ok" || out["fence"] != float64(1) {
 		t.Errorf("check = %d %v", status, out)
 	}
 	if status, out := e.do(t, http.MethodPut, "/v1/leases/"+token+"/payload", `{"payload":{"jobId":"j-2","endpoint":"http://x"}}`); status != http.StatusOK {

@@ -68,6 +68,7 @@ type leaseBody struct {
 	Resource   string      `json:"resource"`
 	Levels     []levelBody `json:"levels"`
 	TTLSeconds int64       `json:"ttlSeconds"`
+	Fence      int64       `json:"fence"`
 }
 
 // noopBody is the 200 answer of POST /v1/leases when no lease applies.
@@ -80,7 +81,7 @@ func leaseResponse(l leasing.Lease) any {
 		return noopBody{NoOp: true}
 	}
 	out := leaseBody{Token: l.Token, Lease: l.Name, Resource: l.Resource, Levels: []levelBody{},
-		TTLSeconds: int64(l.TTL / time.Second)}
+		TTLSeconds: int64(l.TTL / time.Second), Fence: l.Fence}
 	for _, lv := range l.Levels {
 		out.Levels = append(out.Levels, levelBody{Level: string(lv.Level), Scope: lv.Scope, Cap: lv.Cap})
 	}
@@ -89,6 +90,12 @@ func leaseResponse(l leasing.Lease) any {
 
 type outcomeBody struct {
 	Outcome string `json:"outcome"`
+}
+
+// checkBody is the 200 answer of POST /v1/leases/{token}/check.
+type checkBody struct {
+	Outcome string `json:"outcome"`
+	Fence   int64  `json:"fence"`
 }
 
 // decode reads a JSON body strictly (see httpjson.Decode).

@@ -81,6 +81,10 @@ type Holder struct {
 	Levels     []string
 	AcquiredAt time.Time
 	LastSeenAt time.Time
+	// Fence is the grant's fencing token: it strictly increases with every grant of the
+	// resource, so that the resource can refuse a holder that was reaped and replaced
+	// (docs/fencing.md). 0 for a holder not granted yet.
+	Fence int64
 }
 
 // Counter is one counter document with the number of holders that book it.

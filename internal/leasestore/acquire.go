@@ -175,11 +175,15 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 		if err := s.fault(StepCounterIncremented, l.key); err != nil {
 			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, unavailable("acquiring "+resource, err))
 		}
-		state := lease.StatePending
+		state, fence := lease.StatePending, int64(0)
 		if i == len(b.levels)-1 {
+			// Every slot is held now: the fence the write below grants with (fence.go).
 			state = lease.StateHeld
+			if fence, err = s.takeFences(ctx, resource, 1); err != nil {
+				return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, err)
+			}
 		}
-		update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
+		update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
 		res, err := s.holders.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}}, update)
 		if err != nil {
@@ -193,7 +197,7 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 			s.healAfter(ctx, l.key)
 			return lease.Holder{}, unavailable("acquiring "+resource, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
 		}
-		b.doc.Levels = append(b.doc.Levels, l.key)
+		b.doc.Levels, b.doc.Fence = append(b.doc.Levels, l.key), fence
 		if err := s.fault(StepLevelPushed, l.key); err != nil {
 			return lease.Holder{}, s.abandon(ctx, token, nil, unavailable("acquiring "+resource, err))
 		}
@@ -203,10 +207,13 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 }
 
 // booking is the $set (and $unset) of the write that records level i of the funnel on the
-// holder: its new state, and the next level as the counter it increments next (IncKey), or no
-// IncKey after the last level.
-func (b *funnelRun) booking(i int, state lease.HolderState) bson.D {
+// holder: its new state (with the fence of a grant), and the next level as the counter it
+// increments next (IncKey), or no IncKey after the last level.
+func (b *funnelRun) booking(i int, state lease.HolderState, fence int64) bson.D {
 	set := bson.D{{Key: "state", Value: string(state)}}
+	if fence > 0 {
+		set = append(set, bson.E{Key: "fence", Value: fence})
+	}
 	if i+1 < len(b.levels) {
 		b.doc.IncKey = b.levels[i+1].key
 		return bson.D{{Key: "$set", Value: append(set, bson.E{Key: "incKey", Value: b.doc.IncKey})}}

@@ -349,7 +349,7 @@ func (n *Notifier) deliver(ev eventDoc) {
 	}
 	for _, g := range ev.Grants {
 		if g.Held && g.To == n.store.origin {
-			n.store.keepHanded(holderDoc{PID: g.ID, GrantKey: g.Key, State: string(lease.StateHeld)})
+			n.store.keepHanded(holderDoc{PID: g.ID, GrantKey: g.Key, State: string(lease.StateHeld), Fence: g.Fence})
 		}
 	}
 	n.granted(ev.Grants)

@@ -21,18 +21,25 @@ const maxPayloadEntries = 32
 // when the holder is gone. A touch that matches but does not modify (two in the same
 // millisecond) still counts as held.
 func (s *Store) Touch(ctx context.Context, token string) error {
+	_, err := s.TouchFence(ctx, token)
+	return err
+}
+
+// TouchFence is Touch that also answers the holder's fence, in the same round trip.
+func (s *Store) TouchFence(ctx context.Context, token string) (int64, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	res, err := s.holders.UpdateOne(ctx,
+	var d holderDoc
+	err := s.holders.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateHeld)}},
-		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}})
-	if err != nil {
-		return unavailable("touching holder", err)
+		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}}).Decode(&d)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return 0, fmt.Errorf("holder %s: %w", token, lease.ErrLost)
+	case err != nil:
+		return 0, unavailable("touching holder", err)
 	}
-	if res.MatchedCount == 0 {
-		return fmt.Errorf("holder %s: %w", token, lease.ErrLost)
-	}
-	return nil
+	return d.Fence, nil
 }
 
 // UpdatePayload replaces the payload of a held lease (values often known only after

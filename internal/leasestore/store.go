@@ -20,6 +20,9 @@ import (
 const (
 	CountersCollection = "resource_lease_counters"
 	HoldersCollection  = "resource_lease_holders"
+	// FencesCollection keeps one document per resource with the last fence it granted
+	// (fence.go). Nothing deletes these documents: reconcile works on counters only.
+	FencesCollection = "resource_lease_fences"
 )
 
 // Defaults of the store options.
@@ -132,6 +135,7 @@ type Store struct {
 	counters *mongo.Collection
 	holders  *mongo.Collection
 	events   *mongo.Collection
+	fences   *mongo.Collection
 	cfg      config
 
 	// origin names this store in the freed-slot events it publishes; pub publishes them
@@ -198,6 +202,7 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		counters: db.Collection(CountersCollection),
 		holders:  db.Collection(HoldersCollection),
 		events:   db.Collection(EventsCollection),
+		fences:   db.Collection(FencesCollection),
 		cfg:      cfg,
 		origin:   newOrigin(),
 	}
@@ -374,6 +379,8 @@ type holderDoc struct {
 	// cleared (or moved to the next level) by the write that records the key in Levels. A
 	// holder that died in between names the counter that may carry its slot (Heal).
 	IncKey string `bson:"incKey,omitempty"`
+	// Fence: the number the write that granted the holder gave it (fence.go); 0 until then.
+	Fence int64 `bson:"fence,omitempty"`
 }
 
 // stateReleased marks a holder whose slots are being given back (release, rollback, reap,
@@ -404,6 +411,7 @@ func (d holderDoc) holder() lease.Holder {
 		Levels:     d.booked(),
 		AcquiredAt: d.AcquiredAt,
 		LastSeenAt: d.LastSeenAt,
+		Fence:      d.Fence,
 	}
 }
 

@@ -48,6 +48,8 @@ type Grant struct {
 	Key  string `bson:"key"`
 	Held bool   `bson:"held,omitempty"`
 	To   string `bson:"to,omitempty"`
+	// Fence: the fence of a grant that completed the acquisition (Held).
+	Fence int64 `bson:"fence,omitempty"`
 }
 
 // NewToken returns a random 128-bit holder token.
@@ -187,11 +189,14 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 		return false, -1, unavailable("claiming "+l.key, err)
 	}
 	i := b.index(l.key)
-	state := lease.StatePending
+	state, fence := lease.StatePending, int64(0)
 	if i == len(b.levels)-1 {
 		state = lease.StateHeld
+		if fence, err = s.takeFences(ctx, b.doc.Resource, 1); err != nil {
+			return false, -1, err // IncKey stays: Heal counts the slot as maybe taken
+		}
 	}
-	update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
+	update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
 	update = unsetting(update, "waitKey", "waitExp", "grantState")
 	res, err = s.holders.UpdateOne(ctx, inLine, update)
 	if err != nil {
@@ -203,7 +208,7 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 		s.undoClaim(ctx, token, l.key)
 		return false, -1, nil
 	}
-	b.doc.State, b.doc.WaitKey, b.doc.GrantState = string(state), "", ""
+	b.doc.State, b.doc.WaitKey, b.doc.GrantState, b.doc.Fence = string(state), "", "", fence
 	b.doc.Levels = append(b.doc.Levels, l.key)
 	return true, c.Count + 1, nil
 }
@@ -357,11 +362,8 @@ func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease
 		}
 		return d.holder(), true, nil
 	}
-	state := lease.StatePending
-	if i == len(b.levels)-1 {
-		state = lease.StateHeld
-	}
-	update := append(b.booking(i, state), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
+	// Not the last level (that one's hand-over made the holder HELD, above): no grant yet.
+	update := append(b.booking(i, lease.StatePending, 0), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
 		bson.E{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}})
 	update = unsetting(update, "grantKey")
 	err = s.holders.FindOneAndUpdate(ctx,
@@ -374,9 +376,6 @@ func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease
 		// Ambiguous; the holder books the key either way (grantKey or levels), and a
 		// Resume that reads the state finds out which.
 		return lease.Holder{}, false, unavailable("taking the slot handed over on "+l.key, err)
-	}
-	if i == len(b.levels)-1 {
-		return b.doc.holder(), true, nil
 	}
 	h, err = b.from(ctx, i+1)
 	return h, true, err
@@ -465,13 +464,33 @@ func (s *Store) giveBack(ctx context.Context, keys []string) error {
 }
 
 // handOver hands one slot of each key to its oldest live waiter and returns the keys that
-// had none: one round trip per slot handed over and one that finds nobody.
+// had none: one round trip per slot handed over and one that finds nobody, after one that
+// takes the fences of the grants (fence.go).
 func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
+	var rest []string
+	for resource, keys := range byResource(keys) {
+		r, err := s.handOverOf(ctx, resource, keys)
+		if err != nil {
+			return nil, err
+		}
+		rest = append(rest, r...)
+	}
+	return rest, nil
+}
+
+// handOverOf is handOver of keys of one resource.
+func (s *Store) handOverOf(ctx context.Context, resource string, keys []string) ([]string, error) {
 	rest := slices.Clone(keys)
 	var grants []Grant
 	var origins []string
 	defer func() { s.granted(grants, origins) }()
-	for len(rest) > 0 {
+	// The fences are taken while this release still holds the slots; a hand-over that
+	// completes a waiter's acquisition records the next one, another leaves a gap.
+	fence, err := s.takeFences(ctx, resource, len(rest))
+	if err != nil {
+		return nil, err // the slots of rest stay booked by their counters until healed (Heal)
+	}
+	for ; len(rest) > 0; fence++ {
 		var d holderDoc
 		err := s.holders.FindOneAndUpdate(ctx,
 			bson.D{
@@ -484,6 +503,7 @@ func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
 				// The waiter's state becomes the one it asked for when it queued: HELD
 				// at its last level, whose acquisition this write completes.
 				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}, {Key: "grantState", Value: "state"}}},
+				{Key: "$set", Value: bson.D{{Key: "fence", Value: fence}}},
 				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}}},
 				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 			},
@@ -501,7 +521,11 @@ func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
 		if held && d.Origin == s.origin {
 			s.keepHanded(d)
 		}
-		grants = append(grants, Grant{ID: d.PID, Key: d.GrantKey, Held: held, To: d.Origin})
+		g := Grant{ID: d.PID, Key: d.GrantKey, Held: held, To: d.Origin}
+		if held {
+			g.Fence = d.Fence
+		}
+		grants = append(grants, g)
 		origins = append(origins, d.Origin)
 		s.sawLined(d.GrantKey)
 		rest = slices.DeleteFunc(rest, func(k string) bool { return k == d.GrantKey })
@@ -767,5 +791,6 @@ func (s *Store) handedHolder(req AcquireRequest, levels []funnelLevel, key strin
 		LeaseName: req.LeaseName, Resource: req.Resource, Type: req.Type,
 		Tenant: req.Tenant, Project: req.Project, User: req.User, HolderRef: req.HolderRef,
 		Pod: req.Pod, PodBound: req.PodBound, Payload: req.Payload, TTL: req.TTL, Levels: keys,
+		Fence: d.Fence,
 	}, true
 }

@@ -105,7 +105,7 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireUnavailable).Inc()
 		return Lease{}, nil, err
 	}
-	granted := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL}
+	granted := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL, Fence: h.Fence}
 	for _, l := range lease.Levels { // narrow to wide
 		for _, c := range caps {
 			if c.Level == l {

@@ -12,21 +12,27 @@ import (
 // from the last use, and fails with lease.ErrLost when the lease was released, reaped or revoked.
 // A store failure is an *lease.UnavailableError.
 func (s *Service) Check(ctx context.Context, token string) error {
+	_, err := s.CheckFence(ctx, token)
+	return err
+}
+
+// CheckFence is Check that also answers the lease's fence (docs/fencing.md).
+func (s *Service) CheckFence(ctx context.Context, token string) (int64, error) {
 	if !ValidToken(token) {
-		return lease.Invalid("token", "is not a valid lease token")
+		return 0, lease.Invalid("token", "is not a valid lease token")
 	}
-	err := s.store.Touch(ctx, token)
+	fence, err := s.store.TouchFence(ctx, token)
 	label := s.tokens.get(token)
 	switch {
 	case err == nil:
 		s.metrics.Check.WithLabelValues(label, metrics.CheckOK).Inc()
-		return nil
+		return fence, nil
 	case errors.Is(err, lease.ErrLost):
 		s.metrics.Check.WithLabelValues(label, metrics.CheckLost).Inc()
 		s.tokens.forget(token)
-		return storeError("checking lease", "token", err)
+		return 0, storeError("checking lease", "token", err)
 	default:
-		return storeError("checking lease", "token", err)
+		return 0, storeError("checking lease", "token", err)
 	}
 }
 

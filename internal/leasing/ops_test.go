@@ -226,9 +226,10 @@ func (c *lookCounter) Resume(ctx context.Context, req leasestore.AcquireRequest,
 // While the level stays full, each safety look costs two writes (the waiter's renewal and
 // one try of the level); the sweep and the heal of the level only read, at most once per
 // sweep interval. A release hands the slot to the waiter, which is answered at once, not at
-// its next look: the contended grant is two round trips, the release's mark and the
-// hand-over, which completes the waiter's acquisition at its last level; the waiter, woken in
-// this process, answers without a store call (issue 18's target was three).
+// its next look: the contended grant is three round trips, the release's mark, the fence of
+// the grant (docs/fencing.md) and the hand-over, which completes the waiter's acquisition at
+// its last level; the waiter, woken in this process, answers without a store call (issue 18's
+// target was three).
 func TestWaitingCosts(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", global: 1, ttlSeconds: 3600, waitMs: 60000}}, envOpts{grants: true})
 	lc := &lookCounter{Store: e.store, cmds: e.cmds, looked: make(chan struct{}, 1)}
@@ -271,8 +272,11 @@ func TestWaitingCosts(t *testing.T) {
 		t.Fatalf("acquire after the slot was handed over: %v", r.err)
 	}
 	reads1, writes1 := e.cmds.counts()
-	if rt := reads1 - reads0 + writes1 - writes0; rt != 2 {
-		t.Errorf("release and hand-over took %d round trips (%d reads, %d writes), want 2", rt, reads1-reads0, writes1-writes0)
+	if rt := reads1 - reads0 + writes1 - writes0; rt != 3 {
+		t.Errorf("release and hand-over took %d round trips (%d reads, %d writes), want 3", rt, reads1-reads0, writes1-writes0)
+	}
+	if r.l.Fence <= held.Fence {
+		t.Errorf("the waiter's fence %d, its predecessor's %d: want it higher", r.l.Fence, held.Fence)
 	}
 	if len(r.l.Levels) != 1 || r.l.Levels[0].Level != lease.LevelGlobal {
 		t.Errorf("the waiter's answer books %+v, want the global level", r.l.Levels)

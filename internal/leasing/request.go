@@ -46,6 +46,8 @@ type Lease struct {
 	Levels []LevelInfo
 	// TTL is the idle time after the last check after which the lease may be reaped.
 	TTL time.Duration
+	// Fence strictly increases with every grant of the resource (docs/fencing.md).
+	Fence int64
 }
 
 // LevelInfo is one booked level of a lease.

@@ -21,7 +21,8 @@ import (
 type Store interface {
 	// Acquire makes one attempt at the funnel: a *lease.BusyError when a level is full.
 	Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error)
-	Touch(ctx context.Context, token string) error
+	// TouchFence is the check-at-use; it answers the holder's fence.
+	TouchFence(ctx context.Context, token string) (int64, error)
 	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
 	Release(ctx context.Context, token string) (released bool, err error)
 	// SweepIdle deletes the idle holders of resource and returns them, with when the next

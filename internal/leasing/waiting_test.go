@@ -549,6 +549,9 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 	got := make(chan error, 1)
 	go func() {
 		l, err := acquire(ctxT(t), b.svc, podReq("x", 1))
+		mu.Lock()
+		counting = false // the check below is the caller's, after the answer
+		mu.Unlock()
 		if err == nil {
 			err = b.svc.Check(ctxT(t), l.Token)
 		}
@@ -573,9 +576,6 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 		mu.Lock()
 		answered = slices.Clone(cmds)
 		mu.Unlock()
-		if len(answered) > 0 && answered[len(answered)-1] == "update" { // the check's touch
-			answered = answered[:len(answered)-1]
-		}
 		if err != nil {
 			t.Fatalf("the waiter in the other process: %v", err)
 		}

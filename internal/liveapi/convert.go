@@ -53,6 +53,7 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 			Levels:     h.Levels,
 			AcquiredAt: metav1.NewTime(h.AcquiredAt),
 			LastSeenAt: metav1.NewTime(h.LastSeenAt),
+			Fence:      h.Fence,
 		},
 	}
 	if h.Pod.String() != "" {

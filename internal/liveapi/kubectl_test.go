@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,13 +53,13 @@ func TestKubectl(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get leaseholders printed %d lines, want header and one row:\n%s", len(lines), out)
 	}
-	wantHeader := []string{"NAME", "RESOURCE", "PROJECT", "USER", "TYPE", "POD", "ALIVE", "STATE", "AGE", "IDLE", "TTL"}
+	wantHeader := []string{"NAME", "RESOURCE", "PROJECT", "USER", "TYPE", "POD", "ALIVE", "STATE", "FENCE", "AGE", "IDLE", "TTL"}
 	if got := fields(lines[0]); strings.Join(got, " ") != strings.Join(wantHeader, " ") {
 		t.Errorf("header = %q, want %q", got, wantHeader)
 	}
 	row := fields(lines[1])
-	wantRow := []string{h.ID, res, "p1", "u1", "tex", self.String(), "True", string(lease.StateHeld)}
-	if len(row) != len(wantHeader) || strings.Join(row[:len(wantRow)], " ") != strings.Join(wantRow, " ") || row[10] != "60m" {
+	wantRow := []string{h.ID, res, "p1", "u1", "tex", self.String(), "True", string(lease.StateHeld), strconv.FormatInt(h.Fence, 10)}
+	if len(row) != len(wantHeader) || strings.Join(row[:len(wantRow)], " ") != strings.Join(wantRow, " ") || row[11] != "60m" {
 		t.Errorf("row = %q, want %q then age, idle, TTL 60m", row, wantRow)
 	}
 
@@ -69,7 +70,7 @@ func TestKubectl(t *testing.T) {
 	if got := strings.Join(header[len(wantHeader):], " "); got != "TENANT LEASE POD-BOUND HOLDER-REF LEVELS" {
 		t.Errorf("wide columns = %q", got)
 	}
-	if row := fields(lines[1]); len(row) < 13 || row[11] != "acme" || row[12] != res {
+	if row := fields(lines[1]); len(row) < 14 || row[12] != "acme" || row[13] != res {
 		t.Errorf("wide row = %q, want tenant acme and lease %s", row, res)
 	}
 

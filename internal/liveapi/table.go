@@ -23,6 +23,7 @@ var holderColumns = []metav1.TableColumnDefinition{
 	{Name: "Pod", Type: "string", Description: "namespace/name of the holding pod."},
 	{Name: "Alive", Type: "string", Description: "Whether the pod is alive: True, False, Unknown."},
 	{Name: "State", Type: "string", Description: "PENDING while booking, HELD afterwards."},
+	{Name: "Fence", Type: "integer", Description: "The grant's fencing token; it strictly increases with every grant of the resource."},
 	{Name: "Age", Type: "string", Description: "Time since acquisition."},
 	{Name: "Idle", Type: "string", Description: "Time since the last check."},
 	{Name: "TTL", Type: "string", Description: "Idle time after which the holder is reaped."},
@@ -70,7 +71,7 @@ func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 		t.Rows = append(t.Rows, metav1.TableRow{
 			Cells: []any{
 				h.Name, h.Spec.Resource, h.Spec.Project, orNone(h.Spec.User), h.Spec.Type, pod, alive,
-				h.Status.State, since(h.Status.AcquiredAt, now), since(h.Status.LastSeenAt, now),
+				h.Status.State, h.Status.Fence, since(h.Status.AcquiredAt, now), since(h.Status.LastSeenAt, now),
 				duration.HumanDuration(time.Duration(h.Spec.TTLSeconds) * time.Second),
 				h.Spec.Tenant, h.Spec.Lease, h.Spec.PodBound, orNone(h.Spec.HolderRef),
 				strings.Join(h.Status.Levels, ","),

@@ -31,6 +31,8 @@ type HolderView struct {
 	Levels     []string  `json:"levels"`
 	AcquiredAt time.Time `json:"acquiredAt,omitzero"`
 	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
+	// Fence is the grant's fencing token (0 before the grant).
+	Fence int64 `json:"fence,omitempty"`
 }
 
 // HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
@@ -56,6 +58,7 @@ func HolderViewOf(h lease.Holder) HolderView {
 		Levels:     levels,
 		AcquiredAt: h.AcquiredAt.UTC(),
 		LastSeenAt: h.LastSeenAt.UTC(),
+		Fence:      h.Fence,
 	}
 }
 

@@ -211,7 +211,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		return nil, &UnavailableError{Op: "acquire", Status: http.StatusOK, Err: errors.New("the answer carries no token")}
 	}
 	l := &Lease{Token: out.Token, Name: out.Lease, Resource: out.Resource,
-		TTL: time.Duration(out.TTLSeconds) * time.Second, c: c}
+		TTL: time.Duration(out.TTLSeconds) * time.Second, Fence: out.Fence, c: c}
 	for _, lv := range out.Levels {
 		l.Levels = append(l.Levels, Level(lv))
 	}

@@ -28,7 +28,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &leaseclient.Lease{Token: l.Token, Name: "solo", Resource: "solo-res", TTL: time.Minute,
+	want := &leaseclient.Lease{Token: l.Token, Name: "solo", Resource: "solo-res", TTL: time.Minute, Fence: 1,
 		Levels: []leaseclient.Level{{Level: "project", Scope: "acme/p1", Cap: 1}, {Level: "global", Scope: "*", Cap: 4}}}
 	if diff := cmp.Diff(want, l, cmpopts.IgnoreUnexported(leaseclient.Lease{})); diff != "" || l.Token == "" {
 		t.Errorf("lease (-want +got):\n%s", diff)

@@ -24,6 +24,10 @@ type Lease struct {
 	// TTL is the idle time after the last Check after which the lease may be reaped: call
 	// Check more often than that.
 	TTL time.Duration
+	// Fence is the grant's fencing token: it strictly increases with every grant of the
+	// resource. Send it with the work to a guarded service, which refuses a lower one
+	// (Guard). 0 for a NOOP lease.
+	Fence int64
 
 	c *Client
 

@@ -34,6 +34,7 @@ type leaseBody struct {
 	Resource   string      `json:"resource"`
 	Levels     []levelBody `json:"levels"`
 	TTLSeconds int64       `json:"ttlSeconds"`
+	Fence      int64       `json:"fence"`
 }
 
 type payloadBody struct {

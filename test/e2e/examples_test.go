@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +32,7 @@ var buildExamples = sync.OnceValues(func() (map[string]string, error) {
 		return nil, err
 	}
 	bins := map[string]string{}
-	for _, name := range []string{"compile-poller", "session"} {
+	for _, name := range []string{"compile-poller", "session", "fenced-store"} {
 		bin := filepath.Join(workDir, name)
 		cmd := exec.Command("go", "build", "-o", bin, "./examples/"+name)
 		cmd.Dir = root
@@ -150,6 +152,63 @@ func (e *example) tokens() []string {
 }
 
 var _ = Describe("The example consumers", func() {
+	It("fenced-store: refuses a reaped holder's late write and accepts its successor's", func(ctx SpecContext) {
+		svc := startExample("fenced-store", "-listen", "127.0.0.1:0")
+		Eventually(svc.out.String).Should(MatchRegexp(`listening on \S+`))
+		addr := regexp.MustCompile(`listening on (\S+)`).FindStringSubmatch(svc.out.String())[1]
+		write := func(fence int64, body string) (int, string) {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr+"/docs/thesis", strings.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Lease-Fence", strconv.FormatInt(fence, 10))
+			res, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer func() { _ = res.Body.Close() }()
+			b, _ := io.ReadAll(res.Body)
+			return res.StatusCode, string(b)
+		}
+		wrote := func(fence int64, body string) int {
+			GinkgoHelper()
+			status, _ := write(fence, body)
+			return status
+		}
+		client, err := leaseclient.New(agentAPI.base)
+		Expect(err).NotTo(HaveOccurred())
+		// One writer per project at a time, idle after one second.
+		inline := &leaseclient.Inline{Name: "fence-e2e", Levels: leaseclient.InlineLevels{Project: 1}, TTLSeconds: 1}
+		acquire := func(user string, wait time.Duration) *leaseclient.Lease {
+			GinkgoHelper()
+			l, err := client.Acquire(ctx, leaseclient.Request{Type: "notify", Inline: inline, Tenant: tenant, Project: "fenced", User: user, Wait: wait})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(func() { _ = l.Release(context.Background()) })
+			return l
+		}
+
+		By("holder A acquiring and writing with its fence")
+		a := acquire("ann", 0)
+		Expect(a.Fence).To(BeNumerically(">", 0))
+		Expect(wrote(a.Fence, "A's draft")).To(Equal(http.StatusOK))
+
+		By("A pausing past its TTL: B waits, A is reaped as idle, B gets the slot with a higher fence")
+		b := acquire("bob", 10*time.Second)
+		Expect(b.Fence).To(BeNumerically(">", a.Fence))
+		Expect(a.Check(ctx)).To(MatchError(leaseclient.ErrLost))
+		Expect(wrote(b.Fence, "B's chapter")).To(Equal(http.StatusOK))
+
+		By("A resuming: its late write carries the old fence and is refused; B's stays")
+		status, body := write(a.Fence, "A's late overwrite")
+		Expect(status).To(Equal(http.StatusConflict), body)
+		Expect(body).To(ContainSubstring("STALE_FENCE"))
+		Expect(wrote(b.Fence, "B's second chapter")).To(Equal(http.StatusOK))
+		res, err := http.Get("http://" + addr + "/docs/thesis")
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = res.Body.Close() }()
+		got, _ := io.ReadAll(res.Body)
+		Expect(string(got)).To(ContainSubstring("B's second chapter"))
+		Expect(b.Release(ctx)).To(Succeed())
+		expectAtRest(tenant)
+	})
+
 	It("compile-poller: acquires, stores the job id, checks every poll and releases on the result", func() {
 		const project = "poller"
 		e := startExample("compile-poller", "-tenant", tenant, "-project", project, "-user", "ann", "-polls", "3", "-interval", "50ms")

@@ -539,6 +539,13 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref common.Refere
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"fence": {
+						SchemaProps: spec.SchemaProps{
+							Description: "fence is the grant's fencing token: it strictly increases with every grant of the resource; 0 before the grant.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"podAlive": {
 						SchemaProps: spec.SchemaProps{
 							Description: "podAlive is \"True\" or \"False\" as the manager's pod watcher sees the pod, \"Unknown\" when this server has no pod view, empty for a holder without a pod.",

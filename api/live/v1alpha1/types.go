@@ -84,6 +84,10 @@ type LeaseHolderStatus struct {
 	// lastSeenAt is the store's time of the last check.
 	// +optional
 	LastSeenAt metav1.Time `json:"lastSeenAt,omitzero"`
+	// fence is the grant's fencing token: it strictly increases with every grant of the
+	// resource; 0 before the grant.
+	// +optional
+	Fence int64 `json:"fence,omitempty"`
 	// podAlive is "True" or "False" as the manager's pod watcher sees the pod, "Unknown"
 	// when this server has no pod view, empty for a holder without a pod.
 	// +optional
