@@ -53,6 +53,7 @@ type granted struct {
 	Resource   string       `json:"resource"`
 	Levels     []leaseLevel `json:"levels"`
 	TTLSeconds int64        `json:"ttlSeconds"`
+	Fence      int64        `json:"fence"`
 }
 
 // capAt returns the cap of level in the answer, 0 when the level is not capped.

@@ -111,7 +111,7 @@ var _ = Describe("The lease system", func() {
 		By("checking and replacing the payload")
 		r = agentAPI.check(Default, l.Token)
 		Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
-		Expect(decode[map[string]string](Default, r)).To(Equal(map[string]string{"outcome": "ok"}))
+		Expect(decode[map[string]any](Default, r)).To(Equal(map[string]any{"outcome": "ok", "fence": float64(l.Fence)}))
 		r = agentAPI.putPayload(Default, l.Token, map[string]string{"jobId": "j-42"})
 		Expect(r.Status).To(Equal(http.StatusOK), "%s", r)
 		Expect(holdersOf(Default, "acme")).To(ConsistOf(HaveField("Payload", map[string]string{"jobId": "j-42"})))
