@@ -348,6 +348,7 @@ type reader interface {
 	holders(ctx context.Context, f leasestore.HolderFilter) ([]lease.Holder, error)
 	holder(ctx context.Context, id string) (lease.Holder, error)
 	counters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error)
+	waiters(ctx context.Context, f leasestore.HolderFilter) ([]lease.Waiter, error)
 	// now is the time ages are measured against.
 	now(ctx context.Context) (time.Time, error)
 	// where names what was read, for "nothing found" messages.
@@ -402,6 +403,10 @@ func (r liveReader) counters(ctx context.Context, f leasestore.CounterFilter) ([
 	return r.c.listCounters(ctx, f)
 }
 
+func (r liveReader) waiters(ctx context.Context, f leasestore.HolderFilter) ([]lease.Waiter, error) {
+	return r.c.listWaiters(ctx, f)
+}
+
 func (r liveReader) now(context.Context) (time.Time, error) { return time.Now(), nil }
 
 func (r liveReader) where() string {
@@ -440,6 +445,14 @@ func (r storeReader) counters(ctx context.Context, f leasestore.CounterFilter) (
 		return nil, r.s.wrap("listing counters", err)
 	}
 	return cs, nil
+}
+
+func (r storeReader) waiters(ctx context.Context, f leasestore.HolderFilter) ([]lease.Waiter, error) {
+	ws, err := r.s.ListWaiters(ctx, f)
+	if err != nil {
+		return nil, r.s.wrap("listing waiters", err)
+	}
+	return ws, nil
 }
 
 func (r storeReader) now(ctx context.Context) (time.Time, error) {

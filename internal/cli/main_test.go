@@ -104,6 +104,9 @@ func (s *switchStore) ListHoldersPage(ctx context.Context, f leasestore.HolderFi
 func (s *switchStore) ListCounters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error) {
 	return s.get().ListCounters(ctx, f)
 }
+func (s *switchStore) ListWaiters(ctx context.Context, f leasestore.HolderFilter) ([]lease.Waiter, error) {
+	return s.get().ListWaiters(ctx, f)
+}
 func (s *switchStore) RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error) {
 	return s.get().RevokeByID(ctx, id, tenant)
 }

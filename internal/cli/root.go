@@ -163,6 +163,7 @@ ui serves the same view of one namespace as a local web page, for tenant adminis
 		newListCommand(o),
 		newShowCommand(o),
 		newCountersCommand(o),
+		newWaitersCommand(o),
 		newDefinitionCommand(o),
 		newRevokeCommand(o),
 		newRevokePodCommand(o),

@@ -122,8 +122,9 @@ func TestBusyAnswer(t *testing.T) {
 	waited, _ := out["waitedMs"].(float64)
 	delete(out, "waitedMs")
 	delete(out, "message")
+	// Nobody else waits: position 0; no estimate before a hand-over recorded a hold time.
 	want := map[string]any{"error": "LEASE_BUSY", "resource": "tex2pdf", "level": "project", "scope": "acme/p1",
-		"count": float64(1), "cap": float64(1)}
+		"count": float64(1), "cap": float64(1), "position": float64(0)}
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("busy answer (-want +got):\n%s", diff)
 	}

@@ -118,9 +118,16 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid, Message: err.Error(), Field: inv.Field})
 	case errors.As(err, &busy):
 		waited := busy.Waited.Milliseconds()
-		httpjson.Write(w, http.StatusConflict, httpjson.ErrorBody{Error: httpjson.CodeBusy, Message: err.Error(),
+		body := httpjson.ErrorBody{Error: httpjson.CodeBusy, Message: err.Error(),
 			Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
-			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited})
+			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited}
+		if busy.Explained {
+			body.Position = &busy.Position
+			if est := busy.EstimatedWait.Milliseconds(); est > 0 {
+				body.EstimatedWaitMs = &est
+			}
+		}
+		httpjson.Write(w, http.StatusConflict, body)
 	case errors.As(err, &forbidden):
 		httpjson.Write(w, http.StatusForbidden, httpjson.ErrorBody{Error: httpjson.CodeTenantForbidden, Message: err.Error(),
 			CallerNamespace: forbidden.Pod.Namespace, CallerTenant: forbidden.NamespaceTenant})

@@ -44,6 +44,10 @@ type ErrorBody struct {
 	Count    *int   `json:"count,omitempty"`
 	Cap      *int   `json:"cap,omitempty"`
 	WaitedMs *int64 `json:"waitedMs,omitempty"`
+	// Position: live waiters ahead at the full level; EstimatedWaitMs: the estimate of the
+	// wait from there (LEASE_BUSY, when known; docs/waiting.md "Who waits").
+	Position        *int   `json:"position,omitempty"`
+	EstimatedWaitMs *int64 `json:"estimatedWaitMs,omitempty"`
 	// The refusal's diagnosis (TENANT_FORBIDDEN): the calling pod's namespace (empty for a
 	// caller that is no pod) and the tenant that namespace speaks for (empty when unlabelled).
 	CallerNamespace string `json:"callerNamespace,omitempty"`

@@ -38,6 +38,13 @@ type BusyError struct {
 	Waited time.Duration
 	// Err is why a wait ended early (the caller's context), or nil when it ran out.
 	Err error
+	// Explained: Position and EstimatedWait are known. Position is the number of live
+	// waiters ahead at the level when the answer was given (all of its line for an
+	// acquisition that did not wait in it); EstimatedWait is EstimateWait from there (0:
+	// no estimate, the resource has no recent hold times).
+	Explained     bool
+	Position      int
+	EstimatedWait time.Duration
 }
 
 // Error describes the full level and the wait.
@@ -46,6 +53,12 @@ func (e *BusyError) Error() string {
 		ErrBusy, e.Resource, e.Level, e.Scope, e.Count, e.Cap)
 	if e.Waited > 0 {
 		msg += fmt.Sprintf(", waited %s", e.Waited.Round(time.Millisecond))
+	}
+	if e.Explained {
+		msg += fmt.Sprintf(", %d waiting ahead", e.Position)
+		if e.EstimatedWait > 0 {
+			msg += fmt.Sprintf(", a slot in about %s", e.EstimatedWait.Round(time.Millisecond))
+		}
 	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()

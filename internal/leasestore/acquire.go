@@ -120,7 +120,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	queue := req.WaitTTL > 0 && s.linedRecently(levels[0].key)
 	if queue {
 		f.doc.State, f.doc.IncKey = string(lease.StateWaiting), ""
-		f.doc.WaitKey, f.doc.WaitExp, f.doc.Origin = levels[0].key, time.Now().Add(req.WaitTTL), s.origin
+		f.doc.WaitKey, f.doc.WaitCap, f.doc.WaitExp, f.doc.Origin = levels[0].key, levels[0].Cap, time.Now().Add(req.WaitTTL), s.origin
 		f.doc.GrantState = string(f.grantState(levels[0].key))
 		f.doc.QueuedAt = time.Now() // set by the server; a wider level keeps it
 	}
@@ -179,7 +179,7 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 		if i == len(b.levels)-1 {
 			// Every slot is held now: the fence the write below grants with (fence.go).
 			state = lease.StateHeld
-			if fence, err = s.takeFences(ctx, resource, 1); err != nil {
+			if fence, err = s.takeFences(ctx, resource, 1, holdSample{}); err != nil {
 				return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, err)
 			}
 		}
@@ -247,7 +247,7 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 		set = append(set, bson.E{Key: "incKey", Value: doc.IncKey})
 	}
 	if doc.WaitKey != "" { // created in a line (Acquire's queue)
-		set = append(set, bson.E{Key: "waitKey", Value: doc.WaitKey}, bson.E{Key: "waitExp", Value: doc.WaitExp},
+		set = append(set, bson.E{Key: "waitKey", Value: doc.WaitKey}, bson.E{Key: "waitCap", Value: doc.WaitCap}, bson.E{Key: "waitExp", Value: doc.WaitExp},
 			bson.E{Key: "origin", Value: doc.Origin}, bson.E{Key: "grantState", Value: doc.GrantState})
 		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
 	}

@@ -2,10 +2,15 @@ package leasestore
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // Fences (docs/fencing.md). Every grant gets a number that strictly increases for its
@@ -25,24 +30,126 @@ import (
 // next holder's fence is taken after the previous one's grant, because the slot was the
 // previous holder's until then.
 
-// fenceDoc is the fence document of one resource.
+// fenceDoc is the fence document of one resource. Holds keeps the resource's recent hold
+// times (holdSlots of them, in milliseconds): the views estimate waits from them.
 type fenceDoc struct {
-	Resource string `bson:"_id"`
-	Fence    int64  `bson:"fence"`
+	Resource string           `bson:"_id"`
+	Fence    int64            `bson:"fence"`
+	Holds    map[string]int64 `bson:"holds,omitempty"`
+}
+
+// holdSlots is how many recent hold times a resource keeps.
+const holdSlots = 8
+
+// holdSample is a finished hold: how long a holder held, which the hand-over its release
+// makes records in the fence document (the write the hand-over makes anyway). Slot is the
+// holder's fence modulo holdSlots, so that consecutive holders fill different slots. The
+// zero value records nothing.
+type holdSample struct {
+	ms   int64
+	slot int64
+}
+
+// holdOf is the hold sample of a holder being released: none for one that held nothing
+// (a waiter leaving its line).
+func holdOf(d holderDoc) holdSample {
+	if d.State != string(lease.StateHeld) || d.AcquiredAt.IsZero() {
+		return holdSample{}
+	}
+	return holdSample{ms: max(time.Since(d.AcquiredAt).Milliseconds(), 1), slot: d.Fence % holdSlots}
 }
 
 // takeFences reserves n consecutive fences of resource in one round trip and returns the
-// first. Numbers reserved and never recorded (a crash, a hand-over that found nobody) are
-// gaps, which the order allows.
-func (s *Store) takeFences(ctx context.Context, resource string, n int) (int64, error) {
+// first, recording hold in the same write. Numbers reserved and never recorded (a crash, a
+// hand-over that found nobody) are gaps, which the order allows.
+func (s *Store) takeFences(ctx context.Context, resource string, n int, hold holdSample) (int64, error) {
+	update := bson.D{{Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(n)}}}}
+	if hold.ms > 0 {
+		update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "holds.h" + strconv.FormatInt(hold.slot, 10), Value: hold.ms}}})
+	}
 	var d fenceDoc
-	err := s.fences.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: resource}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(n)}}}},
+	err := s.fences.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: resource}}, update,
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&d)
 	if err != nil {
 		return 0, unavailable("taking a fence of "+resource, err)
 	}
+	s.holds.keep(resource, d.Holds, time.Now())
 	return d.Fence - int64(n) + 1, nil
+}
+
+// HoldTimes returns the recent hold times of resource (at most holdSlots, unordered; none
+// before its first hand-over): what this store learnt from its own hand-overs or read in
+// the last holdsFresh, else read from the store.
+func (s *Store) HoldTimes(ctx context.Context, resource string) ([]time.Duration, error) {
+	if hs, ok := s.holds.get(resource, time.Now()); ok {
+		return hs, nil
+	}
+	m, err := s.readHolds(ctx, []string{resource})
+	if err != nil {
+		return nil, err
+	}
+	return m[resource], nil
+}
+
+// readHolds reads the hold times of resources in one round trip and keeps them.
+func (s *Store) readHolds(ctx context.Context, resources []string) (map[string][]time.Duration, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cur, err := s.fences.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: resources}}}})
+	if err != nil {
+		return nil, unavailable("reading hold times", err)
+	}
+	var docs []fenceDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("reading hold times", err)
+	}
+	now := time.Now()
+	out := make(map[string][]time.Duration, len(resources))
+	for _, r := range resources {
+		s.holds.keep(r, nil, now) // none yet, until a document says otherwise
+	}
+	for _, d := range docs {
+		s.holds.keep(d.Resource, d.Holds, now)
+		out[d.Resource], _ = s.holds.get(d.Resource, now)
+	}
+	return out, nil
+}
+
+// holdsFresh is how long a store answers hold times from what it last learnt.
+const holdsFresh = 2 * time.Second
+
+// holdCache keeps the hold times each resource had when this store last wrote or read them.
+type holdCache struct {
+	mu sync.Mutex
+	m  map[string]heldTimes
+}
+
+type heldTimes struct {
+	at    time.Time
+	holds []time.Duration
+}
+
+func (c *holdCache) keep(resource string, ms map[string]int64, now time.Time) {
+	hs := make([]time.Duration, 0, len(ms))
+	for _, v := range ms {
+		hs = append(hs, time.Duration(v)*time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxLined {
+		c.m = map[string]heldTimes{}
+	}
+	c.m[resource] = heldTimes{at: now, holds: hs}
+}
+
+func (c *holdCache) get(resource string, now time.Time) ([]time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[resource]
+	if !ok || now.Sub(e.at) > holdsFresh {
+		return nil, false
+	}
+	return e.holds, true
 }
 
 // byResource groups counter keys (lease.CounterKey) by their resource: the keys one holder

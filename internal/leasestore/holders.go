@@ -115,7 +115,7 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 		return doc.holder(), true, unavailable("releasing holder "+doc.ID, err)
 	}
 	keys := union(doc.booked(), extra)
-	if err := s.giveBack(ctx, keys); err != nil {
+	if err := s.giveBack(ctx, keys, holdOf(doc)); err != nil {
 		return doc.holder(), true, err
 	}
 	// A holder handed a slot of the counter it was incrementing itself (grantKey and IncKey

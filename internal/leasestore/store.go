@@ -149,6 +149,8 @@ type Store struct {
 	// mu guards lowering (counters seen above their booked holders by the last reconcile).
 	mu       sync.Mutex
 	lowering map[string]lowering
+	// holds: the recent hold times per resource this store last wrote or read (fence.go).
+	holds holdCache
 	// lined: when this store last saw a counter key with waiters (giveBack's hint).
 	lined map[string]time.Time
 	// marks deletes release marks off the callers' path (marks.go).
@@ -364,7 +366,10 @@ type holderDoc struct {
 	// The line (wait.go). WaitKey: the full level a WAITING holder waits at; QueuedAt: the
 	// server's time it first waited (its place); WaitExp: when it lapses unless renewed (the
 	// waiting process's clock); Origin: the store (process) that waits, to wake it.
-	WaitKey  string    `bson:"waitKey,omitempty"`
+	WaitKey string `bson:"waitKey,omitempty"`
+	// WaitCap: the cap of the level at WaitKey when the holder lined up (the views estimate
+	// its wait from it).
+	WaitCap  int       `bson:"waitCap,omitempty"`
 	QueuedAt time.Time `bson:"queuedAt,omitempty"`
 	WaitExp  time.Time `bson:"waitExp,omitempty"`
 	Origin   string    `bson:"origin,omitempty"`

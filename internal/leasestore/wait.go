@@ -64,6 +64,7 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 	set := bson.D{
 		{Key: "state", Value: string(lease.StateWaiting)},
 		{Key: "waitKey", Value: l.key},
+		{Key: "waitCap", Value: l.Cap},
 		{Key: "waitExp", Value: time.Now().Add(b.waitTTL)},
 		{Key: "origin", Value: s.origin},
 		{Key: "grantState", Value: string(b.grantState(l.key))},
@@ -85,7 +86,7 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 	if err := s.fault(StepQueued, l.key); err != nil {
 		return false, s.abandon(ctx, token, nil, unavailable("queueing for "+l.key, err))
 	}
-	b.doc.State, b.doc.WaitKey, b.doc.IncKey = string(lease.StateWaiting), l.key, ""
+	b.doc.State, b.doc.WaitKey, b.doc.WaitCap, b.doc.IncKey = string(lease.StateWaiting), l.key, l.Cap, ""
 	if b.doc.QueuedAt.IsZero() {
 		b.doc.QueuedAt = time.Now() // the place is set: a wider level keeps it
 	}
@@ -192,12 +193,12 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 	state, fence := lease.StatePending, int64(0)
 	if i == len(b.levels)-1 {
 		state = lease.StateHeld
-		if fence, err = s.takeFences(ctx, b.doc.Resource, 1); err != nil {
+		if fence, err = s.takeFences(ctx, b.doc.Resource, 1, holdSample{}); err != nil {
 			return false, -1, err // IncKey stays: Heal counts the slot as maybe taken
 		}
 	}
 	update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
-	update = unsetting(update, "waitKey", "waitExp", "grantState")
+	update = unsetting(update, "waitKey", "waitCap", "waitExp", "grantState")
 	res, err = s.holders.UpdateOne(ctx, inLine, update)
 	if err != nil {
 		// Ambiguous: the holder may have left the line with the key. Either way it counts
@@ -224,7 +225,7 @@ func (s *Store) undoClaim(ctx context.Context, token, key string) {
 		bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: key}, {Key: "incKey", Value: key}, notReleased},
 		bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
 	if err == nil && res.MatchedCount == 1 {
-		if s.giveBack(ctx, []string{key}) == nil {
+		if s.giveBack(ctx, []string{key}, holdSample{}) == nil {
 			return
 		}
 	}
@@ -412,7 +413,7 @@ func (d holderDoc) booked() []string {
 // wrong hint costs a round trip, never a slot: a flag cleared while a waiter had just set it is
 // set again at that waiter's next look, and until then the slot goes to the counter, where the
 // waiter's look takes it.
-func (s *Store) giveBack(ctx context.Context, keys []string) error {
+func (s *Store) giveBack(ctx context.Context, keys []string, hold holdSample) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -426,7 +427,7 @@ func (s *Store) giveBack(ctx context.Context, keys []string) error {
 	}
 	var left []string
 	if len(hot) > 0 {
-		rest, err := s.handOver(ctx, hot)
+		rest, err := s.handOver(ctx, hot, hold)
 		if err != nil {
 			return err
 		}
@@ -453,7 +454,7 @@ func (s *Store) giveBack(ctx context.Context, keys []string) error {
 			for _, k := range lined {
 				s.sawLined(k)
 			}
-			rest, err := s.handOver(ctx, lined)
+			rest, err := s.handOver(ctx, lined, hold)
 			if err != nil {
 				return err
 			}
@@ -466,10 +467,10 @@ func (s *Store) giveBack(ctx context.Context, keys []string) error {
 // handOver hands one slot of each key to its oldest live waiter and returns the keys that
 // had none: one round trip per slot handed over and one that finds nobody, after one that
 // takes the fences of the grants (fence.go).
-func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
+func (s *Store) handOver(ctx context.Context, keys []string, hold holdSample) ([]string, error) {
 	var rest []string
 	for resource, keys := range byResource(keys) {
-		r, err := s.handOverOf(ctx, resource, keys)
+		r, err := s.handOverOf(ctx, resource, keys, hold)
 		if err != nil {
 			return nil, err
 		}
@@ -479,14 +480,14 @@ func (s *Store) handOver(ctx context.Context, keys []string) ([]string, error) {
 }
 
 // handOverOf is handOver of keys of one resource.
-func (s *Store) handOverOf(ctx context.Context, resource string, keys []string) ([]string, error) {
+func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, hold holdSample) ([]string, error) {
 	rest := slices.Clone(keys)
 	var grants []Grant
 	var origins []string
 	defer func() { s.granted(grants, origins) }()
 	// The fences are taken while this release still holds the slots; a hand-over that
 	// completes a waiter's acquisition records the next one, another leaves a gap.
-	fence, err := s.takeFences(ctx, resource, len(rest))
+	fence, err := s.takeFences(ctx, resource, len(rest), hold)
 	if err != nil {
 		return nil, err // the slots of rest stay booked by their counters until healed (Heal)
 	}
@@ -504,7 +505,7 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string) 
 				// at its last level, whose acquisition this write completes.
 				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}, {Key: "grantState", Value: "state"}}},
 				{Key: "$set", Value: bson.D{{Key: "fence", Value: fence}}},
-				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}}},
+				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}, {Key: "waitCap", Value: ""}}},
 				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 			},
 			options.FindOneAndUpdate().

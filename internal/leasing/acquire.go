@@ -87,22 +87,27 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		return Lease{}, &changed.next, nil
 	}
 	waited := s.clk.Since(start)
+	observe := func(label, outcome string) {
+		s.metrics.Acquire.WithLabelValues(label, outcome).Inc()
+		s.metrics.AcquireWait.WithLabelValues(label, outcome).Observe(waited.Seconds())
+		if wait > 0 {
+			s.metrics.AcquireWaitShare.WithLabelValues(label).Observe(waited.Seconds() / wait.Seconds())
+		}
+	}
 	var busy *lease.BusyError
 	switch {
 	case err == nil:
 		label = s.labels.book(def.Resource) // a booked resource earns its own label value
-		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireSuccess).Inc()
-		s.metrics.AcquireWait.WithLabelValues(label).Observe(waited.Seconds())
+		observe(label, metrics.AcquireSuccess)
 		s.tokens.put(h.Token, label)
 	case errors.As(err, &busy):
 		busy.Waited = waited
-		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireBusy).Inc()
-		s.metrics.AcquireWait.WithLabelValues(label).Observe(waited.Seconds())
+		observe(label, metrics.AcquireBusy)
 		return Lease{}, nil, err
 	case errors.Is(err, lease.ErrInvalid):
 		return Lease{}, nil, err
 	default:
-		s.metrics.Acquire.WithLabelValues(label, metrics.AcquireUnavailable).Inc()
+		observe(label, metrics.AcquireUnavailable)
 		return Lease{}, nil, err
 	}
 	granted := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL, Fence: h.Fence}

@@ -98,7 +98,7 @@ func TestBusyNamesTheFullLevel(t *testing.T) {
 			}
 			_, err := acquire(ctxT(t), e.svc, tc.second)
 			b := asBusy(t, err)
-			want := lease.BusyError{Resource: "res-" + name, Level: tc.wantLevel, Scope: tc.wantScope, Count: 1, Cap: 1}
+			want := lease.BusyError{Resource: "res-" + name, Level: tc.wantLevel, Scope: tc.wantScope, Count: 1, Cap: 1, Explained: true}
 			got := *b
 			got.Waited, got.Err = 0, nil
 			if diff := cmp.Diff(want, got); diff != "" {

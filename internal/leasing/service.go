@@ -34,6 +34,11 @@ type Store interface {
 	Withdraw(ctx context.Context, token string) error
 	// Heal corrects one counter against the holders that book it.
 	Heal(ctx context.Context, key string) (int, error)
+	// Ahead counts the live waiters ahead of token in the line of key (all of them when
+	// token is not in it); HoldTimes are the resource's recent hold times. A busy answer
+	// explains itself with them.
+	Ahead(ctx context.Context, key, token string) (int, error)
+	HoldTimes(ctx context.Context, resource string) ([]time.Duration, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)

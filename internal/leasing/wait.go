@@ -147,6 +147,9 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 				busy.Err = ctx.Err()
 			}
 		}
+		if busy.Err == nil {
+			s.explain(ctx, busy, req.Token) // never in a line: every waiter is ahead
+		}
 		return lease.Holder{}, busy
 	}
 	busy := busyOf(waiting.Busy)
@@ -175,6 +178,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		woke, key := w.Wait(ctx, s.clk, d, deadline)
 		switch woke {
 		case waitq.Deadline:
+			s.explain(ctx, busy, token)
 			s.withdraw(ctx, token)
 			return lease.Holder{}, busy
 		case waitq.Cancelled:
@@ -303,6 +307,31 @@ func (s *Service) cut(ctx context.Context, op string, asked time.Time, busy *lea
 		return storeError(op, "lease", errors.New("the store did not answer during the wait"))
 	}
 	return busy
+}
+
+// explain gives a busy answer the number of live waiters ahead at its level and the
+// estimate of the wait, when the store tells them within deadlineMargin; the answer goes
+// without them otherwise (docs/waiting.md, "Who waits"). token is the acquisition's waiting
+// holder, still in its line, or one that never lined up.
+func (s *Service) explain(ctx context.Context, busy *lease.BusyError, token string) {
+	type result struct {
+		ahead int
+		holds []time.Duration
+		err   error
+	}
+	r, done := within(ctx, s, true, s.clk.Now(), func(cctx context.Context) result {
+		ahead, err := s.store.Ahead(cctx, busyKey(busy), token)
+		if err != nil {
+			return result{err: err}
+		}
+		holds, err := s.store.HoldTimes(cctx, busy.Resource)
+		return result{ahead: ahead, holds: holds, err: err}
+	})
+	if !done || r.err != nil {
+		return
+	}
+	busy.Explained, busy.Position = true, r.ahead
+	busy.EstimatedWait = lease.EstimateWait(r.ahead, busy.Cap, r.holds)
 }
 
 // answered records that the store answered a call of this process just now.

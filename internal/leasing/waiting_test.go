@@ -689,3 +689,80 @@ func TestNarrowAndWideLinesKeepEveryCap(t *testing.T) {
 	}
 	assertNoDrift(t, ps[0].store)
 }
+
+// TestBusyAnswerTellsThePositionAndAnEstimate: a busy answer names how many live waiters are
+// ahead at the full level: all of the line for an acquisition that may not wait, the ones
+// queued before it for a waiter whose wait ran out. Its estimated wait appears once a
+// hand-over recorded a hold time of the resource, and grows with the position.
+func TestBusyAnswerTellsThePositionAndAnEstimate(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}}, envOpts{grants: true})
+	first := mustAcquire(t, e.svc, podReq("x", 0))
+	busyOf := func(r leasing.Request) *lease.BusyError {
+		t.Helper()
+		_, err := acquire(ctxT(t), e.svc, r)
+		var busy *lease.BusyError
+		if !errors.As(err, &busy) {
+			t.Fatalf("acquire for %s: %v, want busy", r.User, err)
+		}
+		return busy
+	}
+	single := podReq("x", 9)
+	single.Wait = waitFor(0)
+	if b := busyOf(single); !b.Explained || b.Position != 0 || b.EstimatedWait != 0 {
+		t.Fatalf("nobody waits: %+v, want position 0 and no estimate yet", b)
+	}
+	// Two waiters line up (their waits run long).
+	type answer struct {
+		l   leasing.Lease
+		err error
+	}
+	answers := make(chan answer, 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			l, err := acquire(ctxT(t), e.svc, podReq("x", i))
+			answers <- answer{l, err}
+		}()
+		waitfor.Until(t, fmt.Sprintf("waiter %d in line", i), func() bool { return lineLen(t, e.store, "x") == i })
+	}
+	if b := busyOf(single); !b.Explained || b.Position != 2 {
+		t.Fatalf("two wait: %+v, want position 2", b)
+	}
+	// A waiter whose wait runs out behind them is told it had two ahead.
+	short := podReq("x", 3)
+	short.Wait = waitFor(600 * time.Millisecond)
+	if b := busyOf(short); !b.Explained || b.Position != 2 || b.Waited < 600*time.Millisecond {
+		t.Fatalf("a waiter whose wait ran out: %+v, want position 2 after 600ms", b)
+	}
+	time.Sleep(50 * time.Millisecond) // real time: the first holder holds for a measurable time
+	if _, err := e.svc.Release(ctxT(t), first.Token); err != nil {
+		t.Fatal(err)
+	}
+	a := waitfor.Receive(t, answers, "the oldest waiter's grant") // one waits on
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	b := busyOf(single)
+	if !b.Explained || b.Position != 1 {
+		t.Fatalf("after the hand-over: %+v, want position 1", b)
+	}
+	// One hold of at least 50 ms recorded: two slots' turns ahead of the next in line.
+	if b.EstimatedWait < 100*time.Millisecond {
+		t.Fatalf("estimate %v after a hold of at least 50ms with one waiter ahead, want at least 100ms", b.EstimatedWait)
+	}
+	if _, err := e.svc.Release(ctxT(t), a.l.Token); err != nil {
+		t.Fatal(err)
+	}
+	if a = waitfor.Receive(t, answers, "the second waiter's grant"); a.err != nil {
+		t.Fatal(a.err)
+	}
+}
+
+// lineLen is the number of waiters in the lines of resource.
+func lineLen(t *testing.T, s *leasestore.Store, resource string) int {
+	t.Helper()
+	ws, err := s.ListWaiters(ctxT(t), leasestore.HolderFilter{Resource: resource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ws)
+}

@@ -2,6 +2,7 @@ package liveapi_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os/exec"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
 // kubectl runs the real kubectl binary with kubeconfig and returns its output.
@@ -135,7 +137,7 @@ func TestExplain(t *testing.T) {
 }
 
 // TestNamesCollideWithNothing: bare "leases" stays coordination.k8s.io's, and the short
-// names lh and lc name one resource each.
+// names lh, lc and lw name one resource each.
 func TestNamesCollideWithNothing(t *testing.T) {
 	out := mustKubectl(t, env.AdminKubeconfig, "api-resources", "--no-headers")
 	short := map[string][]string{}
@@ -150,7 +152,7 @@ func TestNamesCollideWithNothing(t *testing.T) {
 			t.Errorf("a resource named leases outside coordination.k8s.io: %q", line)
 		}
 	}
-	for _, s := range []string{"lh", "lc"} {
+	for _, s := range []string{"lh", "lc", "lw"} {
 		if len(short[s]) != 1 {
 			t.Errorf("short name %s names %v, want exactly one resource", s, short[s])
 		}
@@ -158,5 +160,82 @@ func TestNamesCollideWithNothing(t *testing.T) {
 	out = mustKubectl(t, env.AdminKubeconfig, "get", "leases", "-A", "-o", "jsonpath={.items[*].apiVersion}")
 	if strings.Contains(out, "live.lease") {
 		t.Errorf("kubectl get leases lists live objects: %q", out)
+	}
+}
+
+// TestKubectlWaiters: while acquisitions wait in a full level's line, `kubectl get
+// leasewaiters -A` (the real kubectl, as the cluster operator) shows each with its level,
+// scope and position, and a tenant user sees its own tenant's waiter in its namespace, with
+// globex's waiter ahead counted in its position but not shown. When the slot is handed over
+// the waiter is gone from the list.
+func TestKubectlWaiters(t *testing.T) {
+	res := "kw"
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}}
+	req := func(tenant, user string) leasestore.AcquireRequest {
+		return leasestore.AcquireRequest{LeaseName: res, Resource: res, Tenant: tenant, Project: "p1", User: user, Type: "tex",
+			Caps: caps, Pod: self, TTL: time.Hour, WaitTTL: time.Hour}
+	}
+	first, err := store.Acquire(ctxT(t), req("acme", "u0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = store.Release(context.Background(), first.Token) })
+	var waiting []string
+	for _, w := range []struct{ tenant, user string }{{"globex", "g1"}, {"acme", "u1"}} {
+		_, err := store.Acquire(ctxT(t), req(w.tenant, w.user))
+		var lined *leasestore.WaitingError
+		if !errors.As(err, &lined) {
+			t.Fatalf("acquire for %s/%s: %v, want it to wait in line", w.tenant, w.user, err)
+		}
+		waiting = append(waiting, lined.Token)
+		t.Cleanup(func() { _ = store.Withdraw(context.Background(), lined.Token) })
+	}
+	sel := "-l=live.lease.vancetope.io/resource=" + res
+
+	out := mustKubectl(t, operatorFile, "get", "leasewaiters", "-A", sel)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	wantHeader := []string{"NAMESPACE", "NAME", "RESOURCE", "PROJECT", "USER", "POD", "LEVEL", "SCOPE", "POSITION", "EST-WAIT", "WAITING"}
+	if len(lines) != 3 || strings.Join(fields(lines[0]), " ") != strings.Join(wantHeader, " ") {
+		t.Fatalf("kubectl get leasewaiters -A:\n%s\nwant header %q and two rows", out, wantHeader)
+	}
+	for i, want := range []struct{ ns, id, user, position string }{
+		{nsGlobex, lease.HolderID(waiting[0]), "g1", "0"},
+		{nsAcme, lease.HolderID(waiting[1]), "u1", "1"},
+	} {
+		row := fields(lines[i+1])
+		if len(row) != len(wantHeader) || row[0] != want.ns || row[1] != want.id || row[4] != want.user ||
+			row[6] != "global" || row[7] != "*" || row[8] != want.position {
+			t.Errorf("row %d = %q, want %s's waiter %s of %s at global * position %s", i, row, want.ns, want.id, want.user, want.position)
+		}
+	}
+
+	// The short name, as a tenant user: acme's waiter only, one ahead of it.
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lw", sel, "-o", "wide")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], lease.HolderID(waiting[1])) || strings.Contains(out, "g1") {
+		t.Fatalf("alice's kubectl get lw in acme:\n%s\nwant acme's waiter only", out)
+	}
+	if row := fields(lines[1]); row[7] != "1" || row[10] != "acme" || row[12] != "1" {
+		t.Errorf("alice's row %q: want position 1, tenant acme, cap 1", row)
+	}
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "leasewaiter", lease.HolderID(waiting[1]), "-o", "yaml")
+	for _, want := range []string{"kind: LeaseWaiter", "level: global", "position: 1", "tenant: acme", "user: u1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-o yaml lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, waiting[1]) {
+		t.Errorf("-o yaml shows the waiter's token:\n%s", out)
+	}
+
+	// The release hands the slot to globex's waiter: it is a holder now, not a waiter.
+	if _, err := store.Release(ctxT(t), first.Token); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = store.Release(context.Background(), waiting[0]) })
+	out = mustKubectl(t, operatorFile, "get", "lw", "-A", sel, "--no-headers")
+	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 1 || !strings.Contains(rows[0], lease.HolderID(waiting[1])) ||
+		fields(rows[0])[8] != "0" {
+		t.Errorf("after the hand-over:\n%s\nwant acme's waiter alone, first in line", out)
 	}
 }

@@ -45,6 +45,7 @@ func init() {
 	// The apiserver refuses field selectors the scheme does not know.
 	utilruntime.Must(scheme.AddFieldLabelConversionFunc(livev1alpha1.GroupVersion.WithKind("LeaseHolder"), holderFieldLabel))
 	utilruntime.Must(scheme.AddFieldLabelConversionFunc(livev1alpha1.GroupVersion.WithKind("LeaseCounter"), counterFieldLabel))
+	utilruntime.Must(scheme.AddFieldLabelConversionFunc(livev1alpha1.GroupVersion.WithKind("LeaseWaiter"), holderFieldLabel))
 }
 
 func holderFieldLabel(label, value string) (string, string, error) {
@@ -196,6 +197,7 @@ func storages(deps Deps) map[string]rest.Storage {
 	return map[string]rest.Storage{
 		livev1alpha1.ResourceHolders:        &holderStorage{views: v, deps: deps},
 		livev1alpha1.ResourceCounters:       &counterStorage{views: v, deps: deps},
+		livev1alpha1.ResourceWaiters:        &waiterStorage{views: v, deps: deps},
 		livev1alpha1.ResourcePodRevocations: &podRevocationStorage{views: v, deps: deps},
 		livev1alpha1.ResourceSweeps:         &sweepStorage{views: v, deps: deps},
 		livev1alpha1.ResourceReconciles:     &reconcileStorage{views: v, deps: deps},

@@ -50,6 +50,51 @@ var counterColumns = []metav1.TableColumnDefinition{
 	{Name: "Cap-Note", Type: "string", Priority: 1, Description: "Why the counter publishes no cap."},
 }
 
+// Columns of `kubectl get leasewaiters`.
+var waiterColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "The waiting holder's public ID (never its token)."},
+	{Name: "Resource", Type: "string", Description: "The resource it waits for."},
+	{Name: "Project", Type: "string", Description: "The logical project ID."},
+	{Name: "User", Type: "string", Description: "The logical user ID."},
+	{Name: "Pod", Type: "string", Description: "namespace/name of the waiting pod."},
+	{Name: "Level", Type: "string", Description: "The full level it waits at."},
+	{Name: "Scope", Type: "string", Description: "That level's scope."},
+	{Name: "Position", Type: "integer", Description: "Live waiters ahead of it in the line, of every tenant."},
+	{Name: "Est-Wait", Type: "string", Description: "Estimated wait from the resource's recent hold times; <unknown> before its first hand-over. Never a promise."},
+	{Name: "Waiting", Type: "string", Description: "Time since it lined up."},
+	{Name: "Tenant", Type: "string", Priority: 1, Description: "The logical tenant ID."},
+	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name."},
+	{Name: "Cap", Type: "integer", Priority: 1, Description: "The level's cap when it lined up."},
+	{Name: "Lapsed", Type: "boolean", Priority: 1, Description: "Its process stopped renewing its place; slots pass it over."},
+	{Name: "Holder-Ref", Type: "string", Priority: 1, Description: "The caller's reference."},
+}
+
+func waiterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
+	t := &metav1.Table{ColumnDefinitions: waiterColumns}
+	var items []livev1alpha1.LeaseWaiter
+	switch o := obj.(type) {
+	case *livev1alpha1.LeaseWaiter:
+		items = []livev1alpha1.LeaseWaiter{*o}
+	case *livev1alpha1.LeaseWaiterList:
+		items = o.Items
+	default:
+		return nil, fmt.Errorf("cannot print %T as leasewaiters", obj)
+	}
+	for i := range items {
+		w := &items[i]
+		t.Rows = append(t.Rows, metav1.TableRow{
+			Cells: []any{
+				w.Name, w.Spec.Resource, w.Spec.Project, orNone(w.Spec.User), orNone(w.Spec.Pod),
+				w.Status.Level, w.Status.Scope, w.Status.Position, waitCell(w.Status.EstimatedWaitMs),
+				since(w.Status.Since, now), w.Spec.Tenant, w.Spec.Lease, w.Status.Cap, w.Status.Lapsed,
+				orNone(w.Spec.HolderRef),
+			},
+			Object: runtime.RawExtension{Object: w},
+		})
+	}
+	return t, nil
+}
+
 func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 	t := &metav1.Table{ColumnDefinitions: holderColumns}
 	var items []livev1alpha1.LeaseHolder

@@ -21,6 +21,7 @@ type Store interface {
 	GetHolderByID(ctx context.Context, id string) (lease.Holder, error)
 	ListHoldersPage(ctx context.Context, f leasestore.HolderFilter, after string, limit int) ([]lease.Holder, string, error)
 	ListCounters(ctx context.Context, f leasestore.CounterFilter) ([]lease.Counter, error)
+	ListWaiters(ctx context.Context, f leasestore.HolderFilter) ([]lease.Waiter, error)
 	RevokeByID(ctx context.Context, id, tenant string) (lease.Holder, bool, error)
 	RevokePod(ctx context.Context, namespace, name string) ([]lease.Holder, error)
 	Reconcile(ctx context.Context) (leasestore.ReconcileResult, error)

@@ -49,8 +49,13 @@ type Metrics struct {
 	Release   *prometheus.CounterVec
 	Reap      *prometheus.CounterVec
 	Reconcile *prometheus.CounterVec
-	// AcquireWait observes, per resource, how long an acquire waited before its outcome.
+	// AcquireWait observes, per resource and outcome, how long an acquire waited before its
+	// outcome.
 	AcquireWait *prometheus.HistogramVec
+	// AcquireWaitShare observes, per resource, the share of its allowed wait an acquisition
+	// that could wait used before its outcome: near 1, it was answered at or near its
+	// deadline.
+	AcquireWaitShare *prometheus.HistogramVec
 	// Waiting counts, per resource, the acquisitions in progress in this process: booking a
 	// slot or waiting for one.
 	Waiting *prometheus.GaugeVec
@@ -76,8 +81,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		AcquireWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "vance_lease_acquire_wait_seconds",
-			Help:    "Time an acquire waited for a slot before its outcome, by resource.",
+			Help:    "Time an acquire waited for a slot before its outcome (success, busy, unavailable), by resource.",
 			Buckets: []float64{0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"resource", "outcome"}),
+		AcquireWaitShare: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "vance_lease_acquire_wait_share",
+			Help:    "Share of its allowed wait an acquisition that could wait used before its outcome, by resource (1: answered at its deadline).",
+			Buckets: []float64{0.1, 0.25, 0.5, 0.8, 0.95, 1},
 		}, []string{"resource"}),
 		Waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vance_lease_acquire_waiting",
@@ -85,7 +95,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"resource"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Acquire, m.Check, m.Release, m.Reap, m.Reconcile, m.AcquireWait, m.Waiting)
+		reg.MustRegister(m.Acquire, m.Check, m.Release, m.Reap, m.Reconcile, m.AcquireWait, m.AcquireWaitShare, m.Waiting)
 	}
 	return m
 }

@@ -17,6 +17,7 @@ type fakeSource struct {
 	namespace string
 	holders   []Holder
 	counters  []Counter
+	waiters   []Waiter
 	canList   bool
 	// listErr, when set, is what every list answers (e.g. the API not installed).
 	listErr   error
@@ -50,6 +51,15 @@ func (f *fakeSource) ListCounters(_ context.Context, ns string) ([]Counter, erro
 		return nil, nil
 	}
 	return slices.Clone(f.counters), nil
+}
+
+func (f *fakeSource) ListWaiters(_ context.Context, ns string) ([]Waiter, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ns != f.namespace {
+		return nil, nil
+	}
+	return slices.Clone(f.waiters), nil
 }
 
 func (f *fakeSource) RevokeHolder(_ context.Context, ns, name string) error {

@@ -19,6 +19,7 @@ import (
 var (
 	HoldersResource  = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceHolders)
 	CountersResource = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceCounters)
+	WaitersResource  = livev1alpha1.GroupVersion.WithResource(livev1alpha1.ResourceWaiters)
 )
 
 // KubeSource is the Source over the live API, called with the credentials of cfg: the
@@ -73,6 +74,28 @@ func (k *KubeSource) ListCounters(ctx context.Context, namespace string) ([]Coun
 			return nil, err
 		}
 		out = append(out, c)
+	}
+	return out, nil
+}
+
+// ListWaiters lists the leasewaiters of namespace.
+func (k *KubeSource) ListWaiters(ctx context.Context, namespace string) ([]Waiter, error) {
+	list, err := k.dyn.Resource(WaitersResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Waiter, 0, len(list.Items))
+	for _, o := range list.Items {
+		var w livev1alpha1.LeaseWaiter
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &w); err != nil {
+			return nil, fmt.Errorf("decoding a LeaseWaiter: %w", err)
+		}
+		out = append(out, Waiter{
+			Name: w.Name, Lease: w.Spec.Lease, Resource: w.Spec.Resource, Project: w.Spec.Project, User: w.Spec.User,
+			Pod: w.Spec.Pod, Level: w.Status.Level, Scope: w.Status.Scope, Position: w.Status.Position,
+			EstimatedWait: time.Duration(w.Status.EstimatedWaitMs) * time.Millisecond, Since: w.Status.Since.Time,
+			Lapsed: w.Status.Lapsed,
+		})
 	}
 	return out, nil
 }

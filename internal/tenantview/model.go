@@ -49,6 +49,36 @@ type Counter struct {
 	UpdatedAt time.Time
 }
 
+// Waiter is one acquisition waiting for a slot, as the view shows it (a LeaseWaiter of the
+// live API).
+type Waiter struct {
+	// Name is the waiting holder's public ID.
+	Name     string
+	Lease    string
+	Resource string
+	Project  string
+	User     string
+	Pod      string
+	// Level and Scope are the full level it waits at; Position the live waiters ahead of it
+	// (of every tenant, unnamed).
+	Level    string
+	Scope    string
+	Position int64
+	// EstimatedWait is the API's estimate; 0 without one.
+	EstimatedWait time.Duration
+	Since         time.Time
+	Lapsed        bool
+}
+
+// WaiterRow is a waiter with what the page derives from it.
+type WaiterRow struct {
+	Waiter
+	// Waiting is the time since it lined up; Estimate the estimated wait, "unknown" without
+	// one.
+	Waiting  string
+	Estimate string
+}
+
 // CapState is how the view shows a counter's cap.
 type CapState string
 
@@ -158,12 +188,14 @@ type Page struct {
 	DriftCount int
 	// CanRevoke is the SelfSubjectAccessReview's answer for deleting leaseholders.
 	CanRevoke bool
+	// Waiters are the acquisitions waiting for a slot, oldest first.
+	Waiters []WaiterRow
 }
 
 // buildPage derives the page from what the API returned at now. Counters of levels a tenant
 // does not see (global, or anything unknown) are dropped even if the API returned them: the
 // view never shows the global level.
-func buildPage(namespace string, now time.Time, holders []Holder, counters []Counter, canRevoke bool) Page {
+func buildPage(namespace string, now time.Time, holders []Holder, counters []Counter, waiters []Waiter, canRevoke bool) Page {
 	p := Page{Namespace: namespace, CanRevoke: canRevoke}
 	for _, h := range holders {
 		idle := nonNegative(now.Sub(h.LastSeenAt))
@@ -212,6 +244,17 @@ func buildPage(namespace string, now time.Time, holders []Holder, counters []Cou
 		}
 		g.Counters = append(g.Counters, row)
 	}
+	for _, w := range waiters {
+		r := WaiterRow{Waiter: w, Waiting: humanDuration(nonNegative(now.Sub(w.Since))), Estimate: "unknown"}
+		if w.EstimatedWait > 0 {
+			r.Estimate = "about " + shortWait(w.EstimatedWait)
+		}
+		p.Waiters = append(p.Waiters, r)
+	}
+	// The API lists them oldest first; its times may be rounded to the second, so ties keep
+	// the API's order.
+	slices.SortStableFunc(p.Waiters, func(a, b WaiterRow) int { return a.Since.Compare(b.Since) })
+
 	slices.Sort(names)
 	for _, n := range names {
 		g := byResource[n]
@@ -238,6 +281,14 @@ func driftText(d int64) string {
 }
 
 func nonNegative(d time.Duration) time.Duration { return max(0, d) }
+
+// shortWait is an estimate's text: milliseconds under a second, else humanDuration.
+func shortWait(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return humanDuration(d)
+}
 
 // humanDuration is a short, kubectl-like duration: 45s, 3m10s, 2h5m, 3d4h.
 func humanDuration(d time.Duration) string {

@@ -1,6 +1,7 @@
 package tenantview
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestBuildPageCounters(t *testing.T) {
 		{Resource: "pdf", Level: "tenant", Scope: "acme", Count: 2, Booked: 2, CapReason: "Ambiguous", UpdatedAt: now},
 		{Resource: "pdf", Level: "project", Scope: "acme/thesis", Count: 2, Booked: 2, CapReason: "Uncapped", UpdatedAt: now},
 	}
-	p := buildPage("acme", now, nil, counters, false)
+	p := buildPage("acme", now, nil, counters, nil, false)
 	type row struct {
 		Resource, Level, Scope, Drift string
 		Cap                           CapState
@@ -95,7 +96,7 @@ func TestBuildPageHolders(t *testing.T) {
 		{Name: "d", Resource: "tex", Project: "web", User: "cy", TTL: time.Minute,
 			AcquiredAt: now.Add(time.Second), LastSeenAt: now.Add(time.Second)},
 	}
-	p := buildPage("acme", now, holders, nil, true)
+	p := buildPage("acme", now, holders, nil, nil, true)
 	type row struct {
 		Name, Age, Idle, TTL string
 		State                IdleState
@@ -113,5 +114,23 @@ func TestBuildPageHolders(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("holders (-want +got):\n%s", diff)
+	}
+}
+
+func TestBuildPageWaiters(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	waiters := []Waiter{
+		{Name: "lh-b", Resource: "tex", Level: "tenant", Scope: "acme", Position: 1, EstimatedWait: 1500 * time.Millisecond, Since: now.Add(-5 * time.Second)},
+		{Name: "lh-a", Resource: "tex", Level: "global", Scope: "*", Position: 0, Since: now.Add(-10 * time.Second)},
+		{Name: "lh-c", Resource: "tex", Level: "tenant", Scope: "acme", Position: 2, EstimatedWait: 300 * time.Millisecond, Since: now.Add(-time.Second), Lapsed: true},
+	}
+	p := buildPage("acme", now, nil, nil, waiters, false)
+	var got []string
+	for _, w := range p.Waiters {
+		got = append(got, w.Name+" "+w.Waiting+" "+w.Estimate)
+	}
+	want := []string{"lh-a 10s unknown", "lh-b 5s about 1s", "lh-c 1s about 300ms"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("waiter rows %q, want %q (oldest first)", got, want)
 	}
 }

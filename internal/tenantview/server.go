@@ -165,13 +165,18 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, "listing the counters", err)
 		return
 	}
+	waiters, err := s.src.ListWaiters(ctx, s.namespace)
+	if err != nil {
+		s.apiError(w, r, "listing the waiters", err)
+		return
+	}
 	can, err := s.src.CanRevoke(ctx, s.namespace)
 	if err != nil {
 		// Without an answer the button is not shown; the list is still useful.
 		s.log.Error(err, "Asking whether holders may be revoked", "namespace", s.namespace)
 		can = false
 	}
-	page := buildPage(s.namespace, s.clock.Now(), holders, counters, can)
+	page := buildPage(s.namespace, s.clock.Now(), holders, counters, waiters, can)
 	s.render(w, http.StatusOK, "index", indexData{Page: page, CSRF: token, Flash: fl, Title: "Leases in " + s.namespace})
 }
 
@@ -214,7 +219,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.log.Error(err, "Asking whether holders may be revoked", "namespace", s.namespace)
 	}
-	rows := buildPage(s.namespace, s.clock.Now(), []Holder{*found}, nil, can).Holders
+	rows := buildPage(s.namespace, s.clock.Now(), []Holder{*found}, nil, nil, can).Holders
 	s.render(w, http.StatusOK, "confirm", confirmData{Namespace: s.namespace, Holder: rows[0], CanRevoke: can, CSRF: token,
 		Title: "Revoke holder " + name})
 }

@@ -1,5 +1,5 @@
 // Package tenantview is the tenant's web view of the lease system (kubectl lease ui): the
-// holders and the tenant, project and user counters of one namespace, with drift and
+// holders, waiters and the tenant, project and user counters of one namespace, with drift and
 // occupancy made visible, and revocation of a holder. It decides nothing about
 // authorization: every read and every revocation is a call to the live Kubernetes API
 // (live.lease.vancetope.io) with the user's own credentials, so RBAC alone decides what a
@@ -16,6 +16,8 @@ type Source interface {
 	ListHolders(ctx context.Context, namespace string) ([]Holder, error)
 	// ListCounters lists the counters (leasecounters) of namespace.
 	ListCounters(ctx context.Context, namespace string) ([]Counter, error)
+	// ListWaiters lists the acquisitions waiting for a slot (leasewaiters) of namespace.
+	ListWaiters(ctx context.Context, namespace string) ([]Waiter, error)
 	// RevokeHolder deletes the leaseholder name of namespace: a revocation.
 	RevokeHolder(ctx context.Context, namespace, name string) error
 	// CanRevoke asks the API (SelfSubjectAccessReview) whether the user may delete

@@ -289,8 +289,13 @@ func answerError(op string, status int, raw []byte) error {
 	case CodeInvalid:
 		return &InvalidError{Field: b.Field, Message: b.Message}
 	case CodeBusy:
-		return &BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap,
-			Waited: time.Duration(b.WaitedMs) * time.Millisecond, Message: b.Message}
+		busy := &BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap,
+			Waited: time.Duration(b.WaitedMs) * time.Millisecond, Message: b.Message,
+			EstimatedWait: time.Duration(b.EstimatedWaitMs) * time.Millisecond}
+		if b.Position != nil {
+			busy.Explained, busy.Position = true, *b.Position
+		}
+		return busy
 	case CodeLost:
 		return &LostError{Op: op, Message: b.Message}
 	case CodeTenantForbidden:

@@ -84,7 +84,7 @@ func TestBusy(t *testing.T) {
 	}
 	waited := busy.Waited
 	busy.Waited, busy.Message = 0, ""
-	want := &leaseclient.BusyError{Resource: "solo-res", Level: "project", Scope: "acme/p1", Count: 1, Cap: 1}
+	want := &leaseclient.BusyError{Resource: "solo-res", Level: "project", Scope: "acme/p1", Count: 1, Cap: 1, Explained: true}
 	if diff := cmp.Diff(want, busy); diff != "" {
 		t.Errorf("busy diagnosis (-want +got):\n%s", diff)
 	}

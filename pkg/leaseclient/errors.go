@@ -49,6 +49,12 @@ type BusyError struct {
 	Count, Cap int
 	// Waited is how long the server waited for a slot.
 	Waited time.Duration
+	// Explained: the server said how many waited ahead at the full level (Position) when it
+	// answered. EstimatedWait is its estimate of the wait from there, from the resource's
+	// recent hold times (0: none); an estimate, never a promise.
+	Explained     bool
+	Position      int
+	EstimatedWait time.Duration
 	// Message is the server's text.
 	Message string
 }

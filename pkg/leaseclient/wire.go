@@ -55,6 +55,9 @@ type errorBody struct {
 	Count    int    `json:"count"`
 	Cap      int    `json:"cap"`
 	WaitedMs int64  `json:"waitedMs"`
+	// Position and EstimatedWaitMs come with LEASE_BUSY when the server knew them.
+	Position        *int  `json:"position"`
+	EstimatedWaitMs int64 `json:"estimatedWaitMs"`
 
 	CallerNamespace string `json:"callerNamespace"`
 	CallerTenant    string `json:"callerTenant"`

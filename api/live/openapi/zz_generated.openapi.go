@@ -38,6 +38,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.LeaseHolderList{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref),
 		v1alpha1.LeaseHolderSpec{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref),
 		v1alpha1.LeaseHolderStatus{}.OpenAPIModelName():   schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref),
+		v1alpha1.LeaseWaiter{}.OpenAPIModelName():         schema_lease_operator_api_live_v1alpha1_LeaseWaiter(ref),
+		v1alpha1.LeaseWaiterList{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseWaiterList(ref),
+		v1alpha1.LeaseWaiterStatus{}.OpenAPIModelName():   schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref),
 		v1alpha1.PodRevocation{}.OpenAPIModelName():       schema_lease_operator_api_live_v1alpha1_PodRevocation(ref),
 		v1alpha1.Reconcile{}.OpenAPIModelName():           schema_lease_operator_api_live_v1alpha1_Reconcile(ref),
 		v1alpha1.ReconcileResult{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref),
@@ -562,6 +565,180 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref common.Refere
 					},
 				},
 				Required: []string{"state"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeaseWaiter(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeaseWaiter is an acquisition waiting in the line of a full level for one of its slots. Its name is the waiting holder's public ID; it becomes a LeaseHolder of the same name when a slot is handed to it, and disappears when its wait ends without one.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "metadata: name is the public holder ID, creationTimestamp when it lined up.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec is what the acquisition asked for.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.LeaseHolderSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status is where it waits.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.LeaseWaiterStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec", "status"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LeaseHolderSpec{}.OpenAPIModelName(), v1alpha1.LeaseWaiterStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeaseWaiterList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeaseWaiterList is a list of waiters.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.LeaseWaiter{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LeaseWaiter{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeaseWaiterStatus is a waiter's place.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"level": {
+						SchemaProps: spec.SchemaProps{
+							Description: "level is the full level it waits at: user, project, tenant or global.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"scope": {
+						SchemaProps: spec.SchemaProps{
+							Description: "scope is that level's scope (tenant/user, tenant/project, tenant or *).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"key": {
+						SchemaProps: spec.SchemaProps{
+							Description: "key is the counter key of that level in the store.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cap": {
+						SchemaProps: spec.SchemaProps{
+							Description: "cap is the level's cap when the acquisition lined up.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "since is when it lined up: its place in the line, kept from level to level.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"position": {
+						SchemaProps: spec.SchemaProps{
+							Description: "position is the number of live waiters ahead of it in the line, of every tenant.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"estimatedWaitMs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "estimatedWaitMs estimates the wait from its position, from the resource's recent hold times; absent before the resource has handed over a slot. An estimate, never a promise.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"lapsed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lapsed is true when its process stopped renewing its place: slots pass it over until it renews, and its idle time reaps it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"level", "scope", "key", "position"},
 			},
 		},
 		Dependencies: []string{

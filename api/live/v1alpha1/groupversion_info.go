@@ -16,6 +16,8 @@ const (
 	ResourceCounters = "leasecounters"
 	ShortHolders     = "lh"
 	ShortCounters    = "lc"
+	ResourceWaiters  = "leasewaiters"
+	ShortWaiters     = "lw"
 	// The operator's actions: create-only resources in the system namespace.
 	ResourcePodRevocations = "podrevocations"
 	ResourceSweeps         = "sweeps"
@@ -42,6 +44,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&LeaseHolder{}, &LeaseHolderList{},
 		&LeaseCounter{}, &LeaseCounterList{},
+		&LeaseWaiter{}, &LeaseWaiterList{},
 		&PodRevocation{}, &Sweep{}, &Reconcile{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)

@@ -238,3 +238,52 @@ type ReconcileResult struct {
 	Created   int64 `json:"created"`
 	Skipped   int64 `json:"skipped"`
 }
+
+// LeaseWaiter is an acquisition waiting in the line of a full level for one of its slots. Its
+// name is the waiting holder's public ID; it becomes a LeaseHolder of the same name when a
+// slot is handed to it, and disappears when its wait ends without one.
+// +kubebuilder:object:root=true
+type LeaseWaiter struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata: name is the public holder ID, creationTimestamp when it lined up.
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is what the acquisition asked for.
+	Spec LeaseHolderSpec `json:"spec"`
+	// status is where it waits.
+	Status LeaseWaiterStatus `json:"status"`
+}
+
+// LeaseWaiterStatus is a waiter's place.
+type LeaseWaiterStatus struct {
+	// level is the full level it waits at: user, project, tenant or global.
+	Level string `json:"level"`
+	// scope is that level's scope (tenant/user, tenant/project, tenant or *).
+	Scope string `json:"scope"`
+	// key is the counter key of that level in the store.
+	Key string `json:"key"`
+	// cap is the level's cap when the acquisition lined up.
+	// +optional
+	Cap int64 `json:"cap,omitempty"`
+	// since is when it lined up: its place in the line, kept from level to level.
+	// +optional
+	Since metav1.Time `json:"since,omitzero"`
+	// position is the number of live waiters ahead of it in the line, of every tenant.
+	Position int64 `json:"position"`
+	// estimatedWaitMs estimates the wait from its position, from the resource's recent hold
+	// times; absent before the resource has handed over a slot. An estimate, never a
+	// promise.
+	// +optional
+	EstimatedWaitMs int64 `json:"estimatedWaitMs,omitempty"`
+	// lapsed is true when its process stopped renewing its place: slots pass it over until
+	// it renews, and its idle time reaps it.
+	// +optional
+	Lapsed bool `json:"lapsed,omitempty"`
+}
+
+// LeaseWaiterList is a list of waiters.
+// +kubebuilder:object:root=true
+type LeaseWaiterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LeaseWaiter `json:"items"`
+}

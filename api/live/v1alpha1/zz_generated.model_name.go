@@ -52,6 +52,21 @@ func (in LeaseHolderStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeaseWaiter) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeaseWaiter"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeaseWaiterList) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeaseWaiterList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeaseWaiterStatus) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeaseWaiterStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PodRevocation) OpenAPIModelName() string {
 	return "io.vancetope.lease.live.v1alpha1.PodRevocation"
 }

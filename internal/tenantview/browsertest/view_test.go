@@ -302,3 +302,102 @@ func TestDriftShowsAndDisappearsAfterReconcile(t *testing.T) {
 		t.Errorf("counters after reconcile %v, want %v", counters, want)
 	}
 }
+
+// TestWaitersShowTheirPlaceInTheBrowser: acquisitions waiting for a full project level
+// appear in the Waiting section, oldest first, with the full level, their position and,
+// after a hand-over recorded a hold time, an estimated wait; globex's view shows none of
+// them; and a waiter leaves the section when the slot is handed to it.
+func TestWaitersShowTheirPlaceInTheBrowser(t *testing.T) {
+	first := acquire(t, "acme", "queue", "ann")
+	// wait acquires through the admission API with a long wait, on its own goroutine: the
+	// answer comes when a slot is handed to it.
+	type answer struct {
+		token string
+		err   error
+	}
+	wait := func(user string) <-chan answer {
+		got := make(chan answer, 1)
+		body := fmt.Sprintf(`{"type":"tex","lease":"tex","tenant":"acme","project":"queue","user":%q,"waitMs":30000}`, user)
+		go func() {
+			resp, err := http.Post(admission+"/v1/leases", "application/json", strings.NewReader(body))
+			if err != nil {
+				got <- answer{err: err}
+				return
+			}
+			defer func() { _ = resp.Body.Close() }()
+			var out struct{ Token string }
+			err = json.NewDecoder(resp.Body).Decode(&out)
+			if err == nil && (resp.StatusCode != http.StatusOK || out.Token == "") {
+				err = fmt.Errorf("waiting acquisition of %s: status %d", user, resp.StatusCode)
+			}
+			got <- answer{out.Token, err}
+		}()
+		return got
+	}
+	granted := func(ch <-chan answer) string {
+		t.Helper()
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			t.Cleanup(func() { call(t, http.MethodDelete, "/v1/leases/"+a.token, "") })
+			return a.token
+		case <-time.After(30 * time.Second): // real time: bounded wait for the hand-over's answer
+			t.Fatal("no answer to a waiting acquisition")
+			return ""
+		}
+	}
+	inLine := func(n int) {
+		t.Helper()
+		gomega.NewWithT(t).Eventually(func() int {
+			ws, err := store.ListWaiters(ctxT(t), leasestore.HolderFilter{Tenant: "acme", Project: "queue"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ws)
+		}).WithTimeout(20 * time.Second).Should(gomega.Equal(n))
+	}
+	cy := wait("cy")
+	inLine(1)
+	time.Sleep(50 * time.Millisecond) // real time: ann holds for a measurable time before she hands over
+	call(t, http.MethodDelete, "/v1/leases/"+first, "")
+	cyToken := granted(cy) // the hand-over recorded ann's hold time
+	dan := wait("dan")
+	inLine(1)
+	eve := wait("eve")
+	inLine(2)
+
+	ctx := browser.New(t, 1280, 900)
+	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
+	const jsWaiters = `[...document.querySelectorAll("tr.waiter")].map(r =>
+		[...r.querySelectorAll("td")].slice(2, 7).map(td => td.textContent.trim().replace(/\s+/g, " ")).join(" | "))`
+	rows := browser.Eval[[]string](ctx, t, jsWaiters)
+	if len(rows) != 2 || !strings.HasPrefix(rows[0], "dan | ") || !strings.HasPrefix(rows[1], "eve | ") {
+		t.Fatalf("alice's Waiting section %q, want dan then eve", rows)
+	}
+	for i, row := range rows {
+		cells := strings.Split(row, " | ")
+		if cells[2] != "project acme/queue" || cells[3] != fmt.Sprintf("%d ahead", i) || !strings.HasPrefix(cells[4], "about ") {
+			t.Errorf("waiter row %q: want the project level acme/queue, %d ahead and an estimate", row, i)
+		}
+	}
+	if got := browser.Eval[string](ctx, t, `document.querySelector("#wait-h").textContent.trim()`); got != "Waiting (2)" {
+		t.Errorf("Waiting heading %q", got)
+	}
+	browser.Capture(ctx, t, "waiting")
+	browser.Navigate(ctx, t, startView(t, bob, nsGlobex))
+	if n := browser.Eval[float64](ctx, t, `document.querySelectorAll("tr.waiter").length`); n != 0 {
+		t.Errorf("bob's view of globex shows %v of acme's waiters", n)
+	}
+
+	// cy's release hands the slot to dan: one waiter is left, first in line.
+	call(t, http.MethodDelete, "/v1/leases/"+cyToken, "")
+	danToken := granted(dan)
+	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
+	if rows := browser.Eval[[]string](ctx, t, jsWaiters); len(rows) != 1 || !strings.HasPrefix(rows[0], "eve | ") || !strings.Contains(rows[0], "| 0 ahead |") {
+		t.Errorf("after the hand-over: %q, want eve alone, 0 ahead", rows)
+	}
+	call(t, http.MethodDelete, "/v1/leases/"+danToken, "")
+	call(t, http.MethodDelete, "/v1/leases/"+granted(eve), "")
+}

@@ -1,0 +1,161 @@
+package liveapi
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/lease"
+)
+
+var waitersResource = livev1alpha1.Resource(livev1alpha1.ResourceWaiters)
+
+// waiterStorage serves leasewaiters: get and list. A waiter appears where its tenant's
+// holders do (docs/live-api.md); its position counts the waiters of every tenant ahead of it
+// in the line without naming them. Lines are short-lived and few, so a list is one answer
+// without pages.
+type waiterStorage struct {
+	views *views
+	deps  Deps
+}
+
+var (
+	_ rest.Storage              = (*waiterStorage)(nil)
+	_ rest.Scoper               = (*waiterStorage)(nil)
+	_ rest.Getter               = (*waiterStorage)(nil)
+	_ rest.Lister               = (*waiterStorage)(nil)
+	_ rest.Watcher              = (*waiterStorage)(nil)
+	_ rest.ShortNamesProvider   = (*waiterStorage)(nil)
+	_ rest.SingularNameProvider = (*waiterStorage)(nil)
+	_ rest.CategoriesProvider   = (*waiterStorage)(nil)
+)
+
+func (s *waiterStorage) New() runtime.Object     { return &livev1alpha1.LeaseWaiter{} }
+func (s *waiterStorage) NewList() runtime.Object { return &livev1alpha1.LeaseWaiterList{} }
+func (s *waiterStorage) Destroy()                {}
+func (s *waiterStorage) NamespaceScoped() bool   { return true }
+func (s *waiterStorage) ShortNames() []string    { return []string{livev1alpha1.ShortWaiters} }
+func (s *waiterStorage) GetSingularName() string { return "leasewaiter" }
+func (s *waiterStorage) Categories() []string    { return []string{categoryLease} }
+
+// waiters reads the waiters the namespace of ctx shows, narrowed by sel.
+func (s *waiterStorage) waiters(ctx context.Context, sel listSelection) ([]livev1alpha1.LeaseWaiter, error) {
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	out := []livev1alpha1.LeaseWaiter{}
+	switch sc.kind {
+	case scopeNone:
+		return out, nil
+	case scopeTenant:
+		if sel.filter.Tenant != "" && sel.filter.Tenant != sc.tenant {
+			return out, nil // another tenant's waiters never appear here
+		}
+		sel.filter.Tenant = sc.tenant
+	case scopeSystem:
+		namespaced := s.views.tenants.NamespacedTenants()
+		if slices.Contains(namespaced, sel.filter.Tenant) {
+			return out, nil
+		}
+		sel.filter.ExcludeTenants = namespaced
+	}
+	ws, err := s.deps.Store.ListWaiters(ctx, sel.filter)
+	if err != nil {
+		return nil, storeError("listing waiters", err)
+	}
+	for _, w := range ws {
+		for _, ns := range sc.in(s.views.namespacesOfTenant(w.Holder.Tenant)) {
+			obj := waiterObject(w, ns)
+			if sel.labels.Matches(labels.Set(obj.Labels)) && sel.fields.Matches(waiterFields(&obj)) {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Get reads one waiter by its public holder ID; one that does not wait, or does not appear
+// in the request's namespace, is NotFound.
+func (s *waiterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	if !lease.ValidHolderID(name) {
+		return nil, apierrors.NewNotFound(waitersResource, name)
+	}
+	sel := listSelection{labels: labels.Everything(), fields: fields.Everything()}
+	sel.filter.ID = name
+	ws, err := s.waiters(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) == 0 {
+		return nil, apierrors.NewNotFound(waitersResource, name)
+	}
+	return &ws[0], nil
+}
+
+// List reads the waiters the namespace shows, with the selectors of leaseholders.
+func (s *waiterStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
+	sel, err := holderSelection(o)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := s.waiters(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	return &livev1alpha1.LeaseWaiterList{Items: ws}, nil
+}
+
+func (s *waiterStorage) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
+	return nil, errNoWatch(livev1alpha1.ResourceWaiters)
+}
+
+func (s *waiterStorage) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
+	return waiterTable(obj, s.deps.Clock.Now())
+}
+
+// waiterObject renders a waiter as the LeaseWaiter it is in namespace ns.
+func waiterObject(w lease.Waiter, ns string) livev1alpha1.LeaseWaiter {
+	h := holderObject(w.Holder, ns, nil)
+	obj := livev1alpha1.LeaseWaiter{
+		TypeMeta: metav1.TypeMeta{APIVersion: livev1alpha1.GroupVersion.String(), Kind: "LeaseWaiter"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              w.Holder.ID,
+			Namespace:         ns,
+			CreationTimestamp: metav1.NewTime(w.Since),
+			Labels:            h.Labels,
+		},
+		Spec: h.Spec,
+		Status: livev1alpha1.LeaseWaiterStatus{
+			Level:           string(w.Level),
+			Scope:           w.Scope,
+			Key:             w.Key,
+			Cap:             int64(w.Cap),
+			Since:           metav1.NewTime(w.Since),
+			Position:        int64(w.Position),
+			EstimatedWaitMs: w.EstimatedWait.Milliseconds(),
+			Lapsed:          w.Lapsed,
+		},
+	}
+	return obj
+}
+
+func waiterFields(w *livev1alpha1.LeaseWaiter) fields.Set {
+	return holderFields(&livev1alpha1.LeaseHolder{ObjectMeta: w.ObjectMeta, Spec: w.Spec})
+}
+
+// waitCell shows an estimated wait, or <unknown> without one.
+func waitCell(ms int64) string {
+	if ms <= 0 {
+		return "<unknown>"
+	}
+	return (time.Duration(ms) * time.Millisecond).Round(time.Millisecond).String()
+}
