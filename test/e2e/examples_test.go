@@ -172,13 +172,16 @@ var _ = Describe("The example consumers", func() {
 			status, _ := write(fence, body)
 			return status
 		}
-		client, err := leaseclient.New(agentAPI.base)
+		// Through the other tenant's agent: the idle reap below is forwarded to that pod's
+		// agent and recorded as an Event on it, and the revocation spec reads the Events of
+		// app-0, whose series keep the note of their first revocation.
+		client, err := leaseclient.New(otherAgentAPI.base)
 		Expect(err).NotTo(HaveOccurred())
 		// One writer per project at a time, idle after one second.
 		inline := &leaseclient.Inline{Name: "fence-e2e", Levels: leaseclient.InlineLevels{Project: 1}, TTLSeconds: 1}
 		acquire := func(user string, wait time.Duration) *leaseclient.Lease {
 			GinkgoHelper()
-			l, err := client.Acquire(ctx, leaseclient.Request{Type: "notify", Inline: inline, Tenant: tenant, Project: "fenced", User: user, Wait: wait})
+			l, err := client.Acquire(ctx, leaseclient.Request{Type: "notify", Inline: inline, Tenant: otherTenant, Project: "fenced", User: user, Wait: wait})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(func() { _ = l.Release(context.Background()) })
 			return l
