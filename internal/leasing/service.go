@@ -34,6 +34,9 @@ type Store interface {
 	Withdraw(ctx context.Context, token string) error
 	// Heal corrects one counter against the holders that book it.
 	Heal(ctx context.Context, key string) (int, error)
+	// Probe reads the funnel's counters and returns the first full level, narrow to wide,
+	// or nil; it writes nothing (the dry run).
+	Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)
