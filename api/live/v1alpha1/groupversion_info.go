@@ -20,6 +20,9 @@ const (
 	ResourcePodRevocations = "podrevocations"
 	ResourceSweeps         = "sweeps"
 	ResourceReconciles     = "reconciles"
+	// ResourceAcquisitionReviews: create-only, in a tenant's namespace (or the system
+	// namespace): what an acquisition would answer now.
+	ResourceAcquisitionReviews = "leaseacquisitionreviews"
 )
 
 var (
@@ -43,6 +46,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&LeaseHolder{}, &LeaseHolderList{},
 		&LeaseCounter{}, &LeaseCounterList{},
 		&PodRevocation{}, &Sweep{}, &Reconcile{},
+		&LeaseAcquisitionReview{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
