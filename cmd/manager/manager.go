@@ -145,11 +145,13 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := setupAPIServer(ctx, mgr, f, store, resolver, tenants, rev, wt); err != nil {
+	svc, err := setupAPIServer(ctx, mgr, f, store, resolver, tenants, rev, wt)
+	if err != nil {
 		return err
 	}
 	if err := setupLiveAPI(mgr, f.live, liveapi.Deps{
-		Store: store, Listener: rev.dispatcher, Sweeper: rev.sweep, Pods: rev.watcher, Metrics: rev.metrics, Tenants: tenants, Caps: resolver}); err != nil {
+		Store: store, Listener: rev.dispatcher, Sweeper: rev.sweep, Pods: rev.watcher, Metrics: rev.metrics, Tenants: tenants, Caps: resolver,
+		Reviewer: svc}); err != nil {
 		return err
 	}
 	if err := setupWebhooks(mgr, f); err != nil {
@@ -268,9 +270,10 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 }
 
 // setupAPIServer serves the admission API (waiting in wt's queue, docs/waiting.md), the revocation receiver, the agents' sweep
-// relay and the agents' definitions on --api-bind-address, and the operator API on --admin-bind-address.
+// relay and the agents' definitions on --api-bind-address, and the operator API on --admin-bind-address. It returns the
+// admission service, whose dry run the live API's acquisition reviews run.
 func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver,
-	tenants *tenancy.Informed, rev revocationParts, wt waiting) error {
+	tenants *tenancy.Informed, rev revocationParts, wt waiting) (*leasing.Service, error) {
 	svc := leasing.NewService(store, resolver, rev.registry, append(wt.serviceOptions(),
 		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
 	wt.startNotifier(ctx, store)
@@ -288,10 +291,10 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 		adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 	for _, srv := range servers {
 		if err := mgr.Add(srv); err != nil {
-			return fmt.Errorf("adding the %s: %w", srv.name, err)
+			return nil, fmt.Errorf("adding the %s: %w", srv.name, err)
 		}
 	}
-	return nil
+	return svc, nil
 }
 
 // apiServers are the manager's HTTP servers besides the live API: the admission server on

@@ -8,13 +8,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vancetope/lease-operator/internal/cli"
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
@@ -31,6 +34,7 @@ var (
 	liveStore    = &switchStore{}
 	liveListener = &switchListener{}
 	liveSweeper  = &switchSweeper{}
+	liveReviewer = &switchReviewer{}
 	// operatorFile is the kubeconfig of a user bound to the live-operator ClusterRole;
 	// aliceFile of one bound to the viewer and revoker roles in namespace acme only.
 	operatorFile, aliceFile string
@@ -57,6 +61,7 @@ func runSuite(m *testing.M) (int, error) {
 		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{"acme": "acme", "globex": "globex"}},
 		Listener: liveListener,
 		Sweeper:  liveSweeper,
+		Reviewer: liveReviewer,
 		Metrics:  metrics.New(prometheus.NewRegistry()),
 	}, "acme", "globex")
 	if err != nil {
@@ -373,18 +378,45 @@ func (f *fakeSweeper) count() int {
 	return f.rounds
 }
 
-// manager is the live API over a store, with a recording listener and a fake sweeper,
-// reached through the test control plane.
+type switchReviewer struct {
+	mu sync.Mutex
+	r  liveapi.Reviewer
+}
+
+func (s *switchReviewer) Review(ctx context.Context, req leasing.Request) (leasing.Lease, error) {
+	s.mu.Lock()
+	r := s.r
+	s.mu.Unlock()
+	return r.Review(ctx, req)
+}
+
+// reviewDefinitions are the built-in definitions the suite's reviews resolve: render has two
+// slots in all, one per user (the README's tour).
+var reviewDefinitions = fstest.MapFS{
+	"render.yaml": {Data: []byte("name: render\nlevels: {global: 2, user: 1}\nwaitMs: 0\n")},
+}
+
+// manager is the live API over a store, with a recording listener, a fake sweeper and the
+// admission service's dry run over reviewDefinitions, reached through the test control plane.
 type manager struct {
 	listener *recordingListener
 	sweeper  *fakeSweeper
+	svc      *leasing.Service
 }
 
 // newManager points the suite's live API at s for this test.
 func newManager(t testing.TB, s *leasestore.Store) *manager {
 	t.Helper()
-	m := &manager{listener: &recordingListener{}, sweeper: &fakeSweeper{}}
+	builtins, err := definition.LoadBuiltins(reviewDefinitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manager{listener: &recordingListener{}, sweeper: &fakeSweeper{},
+		svc: leasing.NewService(s, definition.NewResolver(builtins, nil), leasing.NewStaticTypes("tex"))}
 	liveStore.set(s)
+	liveReviewer.mu.Lock()
+	liveReviewer.r = m.svc
+	liveReviewer.mu.Unlock()
 	liveListener.mu.Lock()
 	liveListener.l = m.listener
 	liveListener.mu.Unlock()

@@ -4,8 +4,9 @@
 // revokes, and the manager runs the revocation handlers. --force is the break-glass path
 // straight to MongoDB (--mongodb-uri), for when no manager answers: no handler runs then.
 //
-// Reads: list, show, counters (with BOOKED and the drift marker), definition. Acts: revoke,
-// revoke-pod, sweep, reconcile.
+// Reads: list, show, counters (with BOOKED and the drift marker), definition, acquire
+// --dry-run (what an acquisition would answer now). Acts: revoke, revoke-pod, sweep,
+// reconcile.
 //
 // cmd/kubectl-lease only calls Run; everything else lives here so that tests run the
 // commands in-process with their own output streams.
@@ -119,7 +120,8 @@ Every command uses the cluster's live API (kubectl get leaseholders, leasecounte
 own credentials: you see and revoke the leases of the namespaces RBAC grants you (-n NAMESPACE,
 default every namespace you may list). Revocations, sweeps and reconciles run on the manager,
 which runs the revocation handlers. The merged definition (definition) is read from the
-cluster's LeaseDefinitions.
+cluster's LeaseDefinitions. acquire --dry-run asks the manager what an acquisition would
+answer now, without acquiring.
 
 --force is the break-glass path for when no manager answers: it reads and writes MongoDB
 directly (--mongodb-uri), and no revocation handler runs.
@@ -165,6 +167,7 @@ ui serves the same view of one namespace as a local web page, for tenant adminis
 		newCountersCommand(o),
 		newWaitersCommand(o),
 		newDefinitionCommand(o),
+		newAcquireCommand(o),
 		newRevokeCommand(o),
 		newRevokePodCommand(o),
 		newSweepCommand(o),

@@ -44,14 +44,17 @@ func TestTenantBinding(t *testing.T) {
 	for _, tc := range refused {
 		t.Run("refuses "+tc.name, func(t *testing.T) {
 			e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: tc.opts})
-			status, out := e.do(t, http.MethodPost, "/v1/leases", tc.body)
-			if status != http.StatusForbidden || out["error"] != "TENANT_FORBIDDEN" {
-				t.Fatalf("acquire = %d %v, want 403 TENANT_FORBIDDEN", status, out)
-			}
-			ns, _ := out["callerNamespace"].(string)
-			tenant, _ := out["callerTenant"].(string)
-			if ns != tc.wantNamespace || tenant != tc.wantTenant {
-				t.Errorf("callerNamespace, callerTenant = %q, %q; want %q, %q", ns, tenant, tc.wantNamespace, tc.wantTenant)
+			// A dry run is bound as an acquisition is (docs/api.md, "Dry run").
+			for _, path := range []string{"/v1/leases", "/v1/leases?dryRun=true"} {
+				status, out := e.do(t, http.MethodPost, path, tc.body)
+				if status != http.StatusForbidden || out["error"] != "TENANT_FORBIDDEN" {
+					t.Fatalf("%s = %d %v, want 403 TENANT_FORBIDDEN", path, status, out)
+				}
+				ns, _ := out["callerNamespace"].(string)
+				tenant, _ := out["callerTenant"].(string)
+				if ns != tc.wantNamespace || tenant != tc.wantTenant {
+					t.Errorf("%s: callerNamespace, callerTenant = %q, %q; want %q, %q", path, ns, tenant, tc.wantNamespace, tc.wantTenant)
+				}
 			}
 			if n := e.cmds.get(); n != 0 {
 				t.Errorf("a refused acquisition sent %d store commands", n)

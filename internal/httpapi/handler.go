@@ -80,7 +80,7 @@ type handler struct {
 
 // NewHandler returns the HTTP admission API:
 //
-//	POST   /v1/leases                   acquire
+//	POST   /v1/leases                   acquire (?dryRun=true: what it would answer now)
 //	POST   /v1/leases/{token}/check     check-at-use (touch)
 //	PUT    /v1/leases/{token}/payload   replace the payload
 //	DELETE /v1/leases/{token}           release (idempotent)
@@ -105,15 +105,43 @@ func NewHandler(svc *leasing.Service, opts ...Option) http.Handler {
 }
 
 func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
-	var body acquireBody
-	if err := h.decode(w, r, &body); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	req, err := body.request()
+	dryRun, err := dryRunOf(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
+	}
+	req, err := h.acquisition(w, r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if dryRun {
+		l, err := h.svc.DryRun(r.Context(), req)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		httpjson.Write(w, http.StatusOK, dryRunResponse(l))
+		return
+	}
+	lease, err := h.svc.Acquire(r.Context(), req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, leaseResponse(lease))
+}
+
+// acquisition reads the request of POST /v1/leases, with its caller's pod and the tenant
+// that caller acts for: what an acquisition and a dry run both check before anything else.
+func (h *handler) acquisition(w http.ResponseWriter, r *http.Request) (leasing.Request, error) {
+	var body acquireBody
+	if err := h.decode(w, r, &body); err != nil {
+		return leasing.Request{}, err
+	}
+	req, err := body.request()
+	if err != nil {
+		return leasing.Request{}, err
 	}
 	if h.maxWait != nil && (req.Wait == nil || *req.Wait > *h.maxWait) {
 		req.Wait = h.maxWait
@@ -124,25 +152,18 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 			if !errors.Is(err, lease.ErrUnavailable) {
 				err = &lease.InvalidError{Field: "pod", Detail: "the calling pod is not known: " + err.Error()}
 			}
-			writeError(w, r, err)
-			return
+			return leasing.Request{}, err
 		}
 		req.Pod = pod
 	}
 	if h.binder != nil {
 		tenant, err := h.binder(r.Context(), tenancy.Caller{Pod: req.Pod, Addr: remoteHost(r)}, req.Tenant)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return leasing.Request{}, err
 		}
 		req.Tenant = tenant
 	}
-	lease, err := h.svc.Acquire(r.Context(), req)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, leaseResponse(lease))
+	return req, nil
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {

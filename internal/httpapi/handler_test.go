@@ -152,6 +152,7 @@ func TestUnavailableAnswer(t *testing.T) {
 	tok := strings.Repeat("ab", 16)
 	for _, c := range []struct{ method, path, body string }{
 		{http.MethodPost, "/v1/leases", texBody},
+		{http.MethodPost, "/v1/leases?dryRun=true", texBody},
 		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
 		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{}}`},
 		{http.MethodDelete, "/v1/leases/" + tok, ""},
@@ -188,29 +189,34 @@ func TestLostAfterRevoke(t *testing.T) {
 	}
 }
 
-func TestBadRequestsWriteNothing(t *testing.T) {
-	e := newEnv(t, []leaseDef{{name: "tex", global: 5, user: 1, ttlSeconds: 60, waitMs: 0}}, envOpts{})
-	valid := `"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice"`
-	entries := func(n, size int) string {
-		var b strings.Builder
-		for i := range n {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `"k%d":%q`, i, strings.Repeat("v", size))
+// texFields are the fields of a valid acquisition of "tex" (badAcquireBodies).
+const texFields = `"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"alice"`
+
+// payloadEntries is n payload entries of values of size bytes.
+func payloadEntries(n, size int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
 		}
-		return b.String()
+		fmt.Fprintf(&b, `"k%d":%q`, i, strings.Repeat("v", size))
 	}
-	cases := map[string]struct{ body, field string }{
+	return b.String()
+}
+
+// badAcquireBodies are bodies of POST /v1/leases that are refused 400 naming field, under a
+// definition "tex" that caps the user level. A dry run refuses them alike.
+func badAcquireBodies() map[string]struct{ body, field string } {
+	return map[string]struct{ body, field string }{
 		"empty body":           {``, "body"},
 		"malformed JSON":       {`{"type":"tex",`, "body"},
 		"syntax error":         {`{"type":tex}`, "body"},
 		"not an object":        {`[1,2]`, "body"},
-		"two objects":          {`{` + valid + `}{}`, "body"},
-		"unknown field":        {`{` + valid + `,"tpye":"tex"}`, "tpye"},
+		"two objects":          {`{` + texFields + `}{}`, "body"},
+		"unknown field":        {`{` + texFields + `,"tpye":"tex"}`, "tpye"},
 		"unknown inline field": {`{"type":"tex","tenant":"acme","project":"p1","inline":{"name":"b","levls":{}}}`, "levls"},
 		"wrong type":           {`{"type":"tex","lease":"tex","tenant":7,"project":"p1"}`, "tenant"},
-		"payload not strings":  {`{` + valid + `,"payload":{"jobId":5}}`, "payload"},
+		"payload not strings":  {`{` + texFields + `,"payload":{"jobId":5}}`, "payload"},
 		"no type":              {`{"lease":"tex","tenant":"acme","project":"p1","user":"u"}`, "type"},
 		"unknown type":         {`{"type":"pdf","lease":"tex","tenant":"acme","project":"p1","user":"u"}`, "type"},
 		"bad lease name":       {`{"type":"tex","lease":"te x","tenant":"acme","project":"p1","user":"u"}`, "lease"},
@@ -221,17 +227,22 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		"bad project":          {`{"type":"tex","lease":"tex","tenant":"acme","project":"p|1","user":"u"}`, "project"},
 		"bad user":             {`{"type":"tex","lease":"tex","tenant":"acme","project":"p1","user":"a/b"}`, "user"},
 		"user level, no user":  {`{"type":"tex","lease":"tex","tenant":"acme","project":"p1"}`, "user"},
-		"long holderRef":       {`{` + valid + `,"holderRef":"` + strings.Repeat("h", 300) + `"}`, "holderRef"},
-		"lease and inline":     {`{` + valid + `,"inline":{"name":"b"}}`, "inline"},
+		"long holderRef":       {`{` + texFields + `,"holderRef":"` + strings.Repeat("h", 300) + `"}`, "holderRef"},
+		"lease and inline":     {`{` + texFields + `,"inline":{"name":"b"}}`, "inline"},
 		"inline global cap":    {`{"type":"mcp","tenant":"acme","project":"p1","inline":{"name":"b","levels":{"global":9}}}`, "inline.levels.global"},
 		"inline resource":      {`{"type":"mcp","tenant":"acme","project":"p1","inline":{"name":"b","resource":"tex2pdf","levels":{"user":1}}}`, "inline.resource"},
-		"payload bad key":      {`{` + valid + `,"payload":{"$where":"x"}}`, "payload"},
-		"payload too many":     {`{` + valid + `,"payload":{` + entries(33, 1) + `}}`, "payload"},
-		"payload value large":  {`{` + valid + `,"payload":{` + entries(1, 3000) + `}}`, "payload"},
-		"body too large":       {`{` + valid + `,"payload":{` + entries(40, 2100) + `}}`, "body"},
-		"negative waitMs":      {`{` + valid + `,"waitMs":-1}`, "waitMs"},
-		"huge waitMs":          {`{` + valid + `,"waitMs":9223372036854775807}`, "waitMs"},
+		"payload bad key":      {`{` + texFields + `,"payload":{"$where":"x"}}`, "payload"},
+		"payload too many":     {`{` + texFields + `,"payload":{` + payloadEntries(33, 1) + `}}`, "payload"},
+		"payload value large":  {`{` + texFields + `,"payload":{` + payloadEntries(1, 3000) + `}}`, "payload"},
+		"body too large":       {`{` + texFields + `,"payload":{` + payloadEntries(40, 2100) + `}}`, "body"},
+		"negative waitMs":      {`{` + texFields + `,"waitMs":-1}`, "waitMs"},
+		"huge waitMs":          {`{` + texFields + `,"waitMs":9223372036854775807}`, "waitMs"},
 	}
+}
+
+func TestBadRequestsWriteNothing(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", global: 5, user: 1, ttlSeconds: 60, waitMs: 0}}, envOpts{})
+	cases := badAcquireBodies()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			status, out := e.do(t, http.MethodPost, "/v1/leases", tc.body)
@@ -249,10 +260,10 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 	e.empty(t)
 
 	// Bad payload updates and tokens leave a held lease as it was.
-	tok := e.acquire(t, `{`+valid+`,"payload":{"jobId":"j"}}`)
+	tok := e.acquire(t, `{`+texFields+`,"payload":{"jobId":"j"}}`)
 	for name, c := range map[string]struct{ method, path, body, field string }{
 		"payload unknown field": {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{},"x":1}`, "x"},
-		"payload too many":      {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{` + entries(40, 1) + `}}`, "payload"},
+		"payload too many":      {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{` + payloadEntries(40, 1) + `}}`, "payload"},
 		"payload malformed":     {http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":`, "body"},
 		"payload bad token":     {http.MethodPut, "/v1/leases/not!a!token/payload", `{"payload":{}}`, "token"},
 		"check bad token":       {http.MethodPost, "/v1/leases/" + strings.Repeat("x", 200) + "/check", ``, "token"},

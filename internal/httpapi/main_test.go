@@ -89,22 +89,54 @@ func (m *memSource) SystemLayers(context.Context) ([]definition.Layer, error) {
 	return out, nil
 }
 
-// commands counts the store's round trips.
+// commands counts the store's round trips, by command name.
 type commands struct {
-	mu sync.Mutex
-	n  int
+	mu    sync.Mutex
+	n     int
+	names map[string]int
 }
 
-func (c *commands) observe(string) {
+func (c *commands) observe(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++
+	if c.names == nil {
+		c.names = map[string]int{}
+	}
+	c.names[name]++
 }
 
 func (c *commands) get() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n
+}
+
+// readCommands are the commands that change nothing on the server.
+var readCommands = map[string]bool{"find": true, "getMore": true, "aggregate": true, "count": true, "distinct": true,
+	"killCursors": true, "listCollections": true, "listIndexes": true}
+
+// connectionCommands are the driver's own: they read and change no data.
+var connectionCommands = map[string]bool{"hello": true, "isMaster": true, "ping": true, "endSessions": true}
+
+// split returns the commands since the last split, as reads and writes (any command that
+// is no read counts as a write: insert, update, delete, findAndModify, create, ...).
+func (c *commands) split() (reads, writes map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reads, writes = map[string]int{}, map[string]int{}
+	for name, n := range c.names {
+		if connectionCommands[name] {
+			continue
+		}
+		if readCommands[name] {
+			reads[name] += n
+		} else {
+			writes[name] += n
+		}
+	}
+	c.names = nil
+	return reads, writes
 }
 
 type env struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -80,12 +81,58 @@ func leaseResponse(l leasing.Lease) any {
 	if l.NoOp {
 		return noopBody{NoOp: true}
 	}
-	out := leaseBody{Token: l.Token, Lease: l.Name, Resource: l.Resource, Levels: []levelBody{},
+	return leaseBody{Token: l.Token, Lease: l.Name, Resource: l.Resource, Levels: levelsBody(l.Levels),
 		TTLSeconds: int64(l.TTL / time.Second), Fence: l.Fence}
-	for _, lv := range l.Levels {
-		out.Levels = append(out.Levels, levelBody{Level: string(lv.Level), Scope: lv.Scope, Cap: lv.Cap})
+}
+
+func levelsBody(levels []leasing.LevelInfo) []levelBody {
+	out := []levelBody{}
+	for _, lv := range levels {
+		out = append(out, levelBody{Level: string(lv.Level), Scope: lv.Scope, Cap: lv.Cap})
 	}
 	return out
+}
+
+// ParamDryRun is the query parameter that makes POST /v1/leases a dry run.
+const ParamDryRun = "dryRun"
+
+// dryRunOf reads ?dryRun: absent is a real acquisition, "true" or "1" a dry run. Any other
+// value is refused rather than read as false, so that a misspelt dry run never books a slot.
+func dryRunOf(r *http.Request) (bool, error) {
+	values, ok := r.URL.Query()[ParamDryRun]
+	if !ok {
+		return false, nil
+	}
+	if len(values) == 1 && (values[0] == "true" || values[0] == "1") {
+		return true, nil
+	}
+	return false, &lease.InvalidError{Field: ParamDryRun,
+		Detail: fmt.Sprintf("%q: want true or 1, or no %s for a real acquisition", lease.Clip(strings.Join(values, ","), 32), ParamDryRun)}
+}
+
+// dryRunBody is the 200 answer of a dry run that would be granted now: a lease's answer
+// without token and fence.
+type dryRunBody struct {
+	DryRun     bool        `json:"dryRun"`
+	NoOp       bool        `json:"noop"`
+	Lease      string      `json:"lease"`
+	Resource   string      `json:"resource"`
+	Levels     []levelBody `json:"levels"`
+	TTLSeconds int64       `json:"ttlSeconds"`
+}
+
+// dryRunNoopBody is the 200 answer of a dry run when no lease applies.
+type dryRunNoopBody struct {
+	NoOp   bool `json:"noop"`
+	DryRun bool `json:"dryRun"`
+}
+
+func dryRunResponse(l leasing.Lease) any {
+	if l.NoOp {
+		return dryRunNoopBody{NoOp: true, DryRun: true}
+	}
+	return dryRunBody{DryRun: true, Lease: l.Name, Resource: l.Resource, Levels: levelsBody(l.Levels),
+		TTLSeconds: int64(l.TTL / time.Second)}
 }
 
 type outcomeBody struct {

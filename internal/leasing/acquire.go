@@ -44,23 +44,23 @@ func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 // acquireAs acquires under the resolved definition def, waiting from start. It returns the new definition instead of an
 // answer when def changed while the acquisition waited.
 func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Definition, start time.Time) (Lease, *definition.Definition, error) {
-	if def.NoOp() {
-		s.metrics.Acquire.WithLabelValues(s.labels.of(def.Resource), metrics.AcquireNoop).Inc()
-		return Lease{NoOp: true, Name: def.Name, Resource: def.Resource}, nil, nil
+	p, err := planOf(def, req)
+	if err != nil {
+		return Lease{}, nil, err
 	}
-	if def.Caps.User > 0 && req.User == "" {
-		return Lease{}, nil, lease.Invalid("user", "is required: lease %s caps the user level", def.Name)
+	if p.noop {
+		s.metrics.Acquire.WithLabelValues(s.labels.of(def.Resource), metrics.AcquireNoop).Inc()
+		return p.lease(def), nil, nil
 	}
 
 	wait := def.Wait
 	if req.Wait != nil && *req.Wait < wait {
 		wait = *req.Wait
 	}
-	caps := capsOf(def.Caps)
 	sreq := leasestore.AcquireRequest{
 		LeaseName: def.Name,
 		Resource:  def.Resource,
-		Caps:      caps,
+		Caps:      p.caps,
 		Tenant:    req.Tenant,
 		Project:   req.Project,
 		User:      req.User,
@@ -110,15 +110,48 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		observe(label, metrics.AcquireUnavailable)
 		return Lease{}, nil, err
 	}
-	granted := Lease{Token: h.Token, Name: def.Name, Resource: def.Resource, TTL: def.TTL, Fence: h.Fence}
+	granted := p.lease(def)
+	granted.Token, granted.Fence = h.Token, h.Fence
+	return granted, nil, nil
+}
+
+// plan is what an acquisition books under a resolved definition: nothing (noop), or one
+// slot at each capped level.
+type plan struct {
+	noop bool
+	// caps are the capped levels, as the store takes them; levels the same, narrow to wide,
+	// with their scopes, as the answer shows them.
+	caps   []lease.LevelCap
+	levels []LevelInfo
+}
+
+// planOf decides from the resolved definition alone what an acquisition of req books: no
+// level when none is capped (NOOP), else every capped level; a capped user level needs a
+// user. Acquire and DryRun both decide here.
+func planOf(def definition.Definition, req Request) (plan, error) {
+	if def.NoOp() {
+		return plan{noop: true}, nil
+	}
+	if def.Caps.User > 0 && req.User == "" {
+		return plan{}, lease.Invalid("user", "is required: lease %s caps the user level", def.Name)
+	}
+	p := plan{caps: capsOf(def.Caps)}
 	for _, l := range lease.Levels { // narrow to wide
-		for _, c := range caps {
+		for _, c := range p.caps {
 			if c.Level == l {
-				granted.Levels = append(granted.Levels, LevelInfo{Level: l, Scope: lease.ScopeOf(l, req.Tenant, req.Project, req.User), Cap: c.Cap})
+				p.levels = append(p.levels, LevelInfo{Level: l, Scope: lease.ScopeOf(l, req.Tenant, req.Project, req.User), Cap: c.Cap})
 			}
 		}
 	}
-	return granted, nil, nil
+	return p, nil
+}
+
+// lease is the answer of a grant under p, without the holder's token and fence.
+func (p plan) lease(def definition.Definition) Lease {
+	if p.noop {
+		return Lease{NoOp: true, Name: def.Name, Resource: def.Resource}
+	}
+	return Lease{Name: def.Name, Resource: def.Resource, Levels: p.levels, TTL: def.TTL}
 }
 
 // currentFunc re-resolves the definition of a waiting acquisition: nil while it is unchanged.

@@ -85,14 +85,28 @@ func ValidToken(token string) bool { return tokenPattern.MatchString(token) }
 
 // validate checks a request before anything is resolved or written.
 func (s *Service) validate(req Request) error {
+	if err := s.validateType(req.Type); err != nil {
+		return err
+	}
+	return validateFields(req)
+}
+
+// validateType checks the lease type: one with a registered revocation handler.
+func (s *Service) validateType(leaseType string) error {
 	switch {
-	case req.Type == "":
+	case leaseType == "":
 		return lease.Invalid("type", "is required")
-	case !typePattern.MatchString(req.Type):
-		return lease.Invalid("type", "%q is not a valid lease type", lease.Clip(req.Type, 64))
-	case s.types == nil || !s.types.Has(req.Type):
-		return lease.Invalid("type", "no handler is registered for lease type %q", req.Type)
-	case req.Inline != nil && req.Lease != "":
+	case !typePattern.MatchString(leaseType):
+		return lease.Invalid("type", "%q is not a valid lease type", lease.Clip(leaseType, 64))
+	case s.types == nil || !s.types.Has(leaseType):
+		return lease.Invalid("type", "no handler is registered for lease type %q", leaseType)
+	}
+	return nil
+}
+
+// validateFields checks every field of a request but its type.
+func validateFields(req Request) error {
+	if req.Inline != nil && req.Lease != "" {
 		return lease.Invalid("inline", "lease and inline are mutually exclusive")
 	}
 	if req.Lease != "" && req.Lease != definition.NoneReference && !definition.ValidName(req.Lease) {

@@ -39,6 +39,9 @@ type Store interface {
 	// explains itself with them.
 	Ahead(ctx context.Context, key, token string) (int, error)
 	HoldTimes(ctx context.Context, resource string) ([]time.Duration, error)
+	// Probe reads the funnel's counters and returns the first full level, narrow to wide,
+	// or nil; it writes nothing (the dry run).
+	Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)

@@ -44,11 +44,16 @@ func (a *action) admit(ctx context.Context, obj runtime.Object, validate rest.Va
 	if err != nil {
 		return "", err
 	}
-	name := m.Name
-	if name == "" {
-		name = m.GenerateName + strings.ReplaceAll(a.deps.Clock.Now().UTC().Format("20060102-150405.000"), ".", "-")
+	return generatedName(*m, a.deps), nil
+}
+
+// generatedName is the name an action answers with: its own, or its generateName followed
+// by the time (nothing is stored, so no name can clash).
+func generatedName(m metav1.ObjectMeta, d Deps) string {
+	if m.Name != "" {
+		return m.Name
 	}
-	return name, nil
+	return m.GenerateName + strings.ReplaceAll(d.Clock.Now().UTC().Format("20060102-150405.000"), ".", "-")
 }
 
 func metaOf(obj runtime.Object) (*metav1.ObjectMeta, error) {

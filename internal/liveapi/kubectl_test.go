@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -237,5 +239,36 @@ func TestKubectlWaiters(t *testing.T) {
 	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 1 || !strings.Contains(rows[0], lease.HolderID(waiting[1])) ||
 		fields(rows[0])[8] != "0" {
 		t.Errorf("after the hand-over:\n%s\nwant acme's waiter alone, first in line", out)
+	}
+}
+
+// TestKubectlCreatesAReview: a tenant user asks with kubectl alone what an acquisition would
+// answer, as `kubectl create -f` of a LeaseAcquisitionReview, and reads the answer; `kubectl
+// auth can-i` says the viewer role grants it.
+func TestKubectlCreatesAReview(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "review.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: live.lease.vancetope.io/v1alpha1
+kind: LeaseAcquisitionReview
+metadata: {generateName: ask-}
+spec: {lease: capped, project: p1, user: kim}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// kubectl looks for server-side field validation on a resource's PATCH operation; a
+	// create-only resource has none, so kubectl would validate on the client and first ask
+	// whether the kind is a CRD, which a tenant user may not list (docs/live-api.md).
+	out := mustKubectl(t, aliceFile, "-n", nsAcme, "create", "--validate=false", "-f", file, "-o", "jsonpath={.status.outcome} {.status.tenant} {.status.levels[0].scope}")
+	if out != "granted acme acme/kim" {
+		t.Errorf("kubectl create of a review answered %q, want granted for acme/kim", out)
+	}
+	if out, _, _ := kubectl(t, aliceFile, "auth", "can-i", "create", "leaseacquisitionreviews", "-n", nsAcme); strings.TrimSpace(out) != "yes" {
+		t.Errorf("can alice create leaseacquisitionreviews in acme: %q, want yes", out)
+	}
+	if out, _, _ := kubectl(t, aliceFile, "auth", "can-i", "create", "leaseacquisitionreviews", "-n", nsGlobex); strings.TrimSpace(out) != "no" {
+		t.Errorf("can alice create leaseacquisitionreviews in globex: %q, want no", out)
+	}
+	// Nothing is kept: even a cluster administrator has nothing to get.
+	if _, errOut, err := kubectl(t, env.AdminKubeconfig, "-n", nsAcme, "get", "leaseacquisitionreviews"); err == nil || !strings.Contains(errOut, "MethodNotAllowed") {
+		t.Errorf("kubectl get leaseacquisitionreviews: err %v, %s; want MethodNotAllowed", err, errOut)
 	}
 }

@@ -55,6 +55,7 @@ var (
 	sweepsGVR = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceSweeps}
 	podRevGVR = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourcePodRevocations}
 	reconGVR  = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceReconciles}
+	reviewGVR = schema.GroupVersionResource{Group: livev1alpha1.GroupName, Version: "v1alpha1", Resource: livev1alpha1.ResourceAcquisitionReviews}
 )
 
 type handledTokens struct {
@@ -125,6 +126,7 @@ func run(m *testing.M) (int, error) {
 		Caps:     countedCaps{resolver},
 		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
 		Listener: disp,
+		Reviewer: svc,
 		Pods:     selfOnly{},
 		Metrics:  reaps,
 	}, nsAcme, nsGlobex, nsBench)

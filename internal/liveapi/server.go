@@ -107,6 +107,9 @@ type Deps struct {
 	// Caps resolves the definitions of the holders that book a counter, to publish its cap
 	// (*definition.Resolver; nil: counters publish no cap). See docs/live-api.md, "Caps".
 	Caps CapResolver
+	// Reviewer runs the dry run of leaseacquisitionreviews (*leasing.Service; nil: reviews
+	// answer 503).
+	Reviewer Reviewer
 	// Pods reports pod liveness for the ALIVE column (nil: unknown).
 	Pods PodStatus
 	// Clock for ages and idle times (nil: the real clock).
@@ -195,12 +198,13 @@ func New(opts Options, deps Deps) (*Server, error) {
 func storages(deps Deps) map[string]rest.Storage {
 	v := newViews(deps)
 	return map[string]rest.Storage{
-		livev1alpha1.ResourceHolders:        &holderStorage{views: v, deps: deps},
-		livev1alpha1.ResourceCounters:       &counterStorage{views: v, deps: deps},
-		livev1alpha1.ResourceWaiters:        &waiterStorage{views: v, deps: deps},
-		livev1alpha1.ResourcePodRevocations: &podRevocationStorage{views: v, deps: deps},
-		livev1alpha1.ResourceSweeps:         &sweepStorage{views: v, deps: deps},
-		livev1alpha1.ResourceReconciles:     &reconcileStorage{views: v, deps: deps},
+		livev1alpha1.ResourceHolders:            &holderStorage{views: v, deps: deps},
+		livev1alpha1.ResourceCounters:           &counterStorage{views: v, deps: deps},
+		livev1alpha1.ResourceWaiters:            &waiterStorage{views: v, deps: deps},
+		livev1alpha1.ResourcePodRevocations:     &podRevocationStorage{views: v, deps: deps},
+		livev1alpha1.ResourceSweeps:             &sweepStorage{views: v, deps: deps},
+		livev1alpha1.ResourceReconciles:         &reconcileStorage{views: v, deps: deps},
+		livev1alpha1.ResourceAcquisitionReviews: &reviewStorage{views: v, deps: deps},
 	}
 }
 

@@ -183,9 +183,7 @@ func deadlineMargin(left time.Duration) time.Duration {
 // Errors: *BusyError, *InvalidError, *UnavailableError (also for ctx ending before the
 // answer; errors.Is(err, context.DeadlineExceeded) tells that case apart).
 func (c *Client) Acquire(ctx context.Context, req Request) (*Lease, error) {
-	body := acquireBody{Type: req.Type, Lease: req.Lease, Inline: req.Inline, Tenant: req.Tenant,
-		Project: req.Project, User: req.User, HolderRef: req.HolderRef, PodBound: req.PodBound,
-		Payload: req.Payload}
+	body := bodyOf(req)
 	setWait := func(d time.Duration) {
 		ms := min(max(d, 0), MaxWait).Milliseconds()
 		body.WaitMs = &ms
@@ -216,6 +214,61 @@ func (c *Client) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		l.Levels = append(l.Levels, Level(lv))
 	}
 	return l, nil
+}
+
+func bodyOf(req Request) acquireBody {
+	return acquireBody{Type: req.Type, Lease: req.Lease, Inline: req.Inline, Tenant: req.Tenant,
+		Project: req.Project, User: req.User, HolderRef: req.HolderRef, PodBound: req.PodBound,
+		Payload: req.Payload}
+}
+
+// DryRunResult is what an acquisition would be granted now: the levels it would book, or
+// NoOp when no lease applies. Nothing was booked: there is no token, nothing to release.
+type DryRunResult struct {
+	// NoOp is true when no lease applies.
+	NoOp bool
+	// Name is the lease definition's name; Resource the counter key (empty for NoOp).
+	Name, Resource string
+	// Levels are the levels a grant would book, narrow to wide.
+	Levels []Level
+	// TTL is the idle TTL a grant would have.
+	TTL time.Duration
+}
+
+// DryRun asks what Acquire would answer now, without booking and without waiting
+// (docs/client.md, "Dry run"). A grant or a NOOP is a *DryRunResult; a full level is the
+// same *BusyError Acquire returns (Waited 0); a refusal is Acquire's *InvalidError or
+// *TenantForbiddenError; *UnavailableError fails closed. req.Wait is not used. The answer is
+// a snapshot: a slot free now may be taken before the next Acquire.
+//
+// A server that predates dry runs would acquire instead. The request asks for no wait, so
+// such a server answers at once, and a lease it grants is released again and reported as
+// an *UnavailableError.
+func (c *Client) DryRun(ctx context.Context, req Request) (*DryRunResult, error) {
+	body := bodyOf(req)
+	noWait := int64(0)
+	body.WaitMs = &noWait
+	var out leaseBody
+	if err := c.call(ctx, "dry run", http.MethodPost, pathLeases+"?dryRun=true", body, &out); err != nil {
+		return nil, err
+	}
+	if !out.DryRun {
+		err := errors.New("the server does not know dry runs (dryRun=true) and answered as to an acquisition")
+		if out.Token != "" {
+			l := &Lease{Token: out.Token, c: c}
+			if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil {
+				err = fmt.Errorf("%w; releasing the lease it granted: %w", err, rerr)
+			} else {
+				err = fmt.Errorf("%w; the lease it granted is released", err)
+			}
+		}
+		return nil, &UnavailableError{Op: "dry run", Status: http.StatusOK, Err: err}
+	}
+	res := &DryRunResult{NoOp: out.NoOp, Name: out.Lease, Resource: out.Resource, TTL: time.Duration(out.TTLSeconds) * time.Second}
+	for _, lv := range out.Levels {
+		res.Levels = append(res.Levels, Level(lv))
+	}
+	return res, nil
 }
 
 // call sends one request and decodes a 200 answer into out. Any other answer becomes the

@@ -26,8 +26,10 @@ type levelBody struct {
 	Cap   int    `json:"cap"`
 }
 
-// leaseBody is the 200 answer of an acquire; a NOOP answer has only noop=true.
+// leaseBody is the 200 answer of an acquire; a NOOP answer has only noop=true. A dry run's
+// answer has dryRun=true and no token and fence.
 type leaseBody struct {
+	DryRun     bool        `json:"dryRun"`
 	Token      string      `json:"token"`
 	NoOp       bool        `json:"noop"`
 	Lease      string      `json:"lease"`

@@ -32,74 +32,246 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		v1alpha1.LeaseCounter{}.OpenAPIModelName():        schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref),
-		v1alpha1.LeaseCounterList{}.OpenAPIModelName():    schema_lease_operator_api_live_v1alpha1_LeaseCounterList(ref),
-		v1alpha1.LeaseHolder{}.OpenAPIModelName():         schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref),
-		v1alpha1.LeaseHolderList{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref),
-		v1alpha1.LeaseHolderSpec{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref),
-		v1alpha1.LeaseHolderStatus{}.OpenAPIModelName():   schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref),
-		v1alpha1.LeaseWaiter{}.OpenAPIModelName():         schema_lease_operator_api_live_v1alpha1_LeaseWaiter(ref),
-		v1alpha1.LeaseWaiterList{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_LeaseWaiterList(ref),
-		v1alpha1.LeaseWaiterStatus{}.OpenAPIModelName():   schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref),
-		v1alpha1.PodRevocation{}.OpenAPIModelName():       schema_lease_operator_api_live_v1alpha1_PodRevocation(ref),
-		v1alpha1.Reconcile{}.OpenAPIModelName():           schema_lease_operator_api_live_v1alpha1_Reconcile(ref),
-		v1alpha1.ReconcileResult{}.OpenAPIModelName():     schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref),
-		v1alpha1.Sweep{}.OpenAPIModelName():               schema_lease_operator_api_live_v1alpha1_Sweep(ref),
-		v1alpha1.SweepResult{}.OpenAPIModelName():         schema_lease_operator_api_live_v1alpha1_SweepResult(ref),
-		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
-		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
-		v1.APIResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIResource(ref),
-		v1.APIResourceList{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_APIResourceList(ref),
-		v1.APIVersions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIVersions(ref),
-		v1.ApplyOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_ApplyOptions(ref),
-		v1.Condition{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Condition(ref),
-		v1.CreateOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_CreateOptions(ref),
-		v1.DeleteOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_DeleteOptions(ref),
-		v1.Duration{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_Duration(ref),
-		v1.FieldSelectorRequirement{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
-		v1.FieldsV1{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_FieldsV1(ref),
-		v1.GetOptions{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_GetOptions(ref),
-		v1.GroupKind{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_GroupKind(ref),
-		v1.GroupResource{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_GroupResource(ref),
-		v1.GroupVersion{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_GroupVersion(ref),
-		v1.GroupVersionForDiscovery{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
-		v1.GroupVersionKind{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_GroupVersionKind(ref),
-		v1.GroupVersionResource{}.OpenAPIModelName():      schema_pkg_apis_meta_v1_GroupVersionResource(ref),
-		v1.InternalEvent{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_InternalEvent(ref),
-		v1.LabelSelector{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_LabelSelector(ref),
-		v1.LabelSelectorRequirement{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
-		v1.List{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_List(ref),
-		v1.ListMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_ListMeta(ref),
-		v1.ListOptions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_ListOptions(ref),
-		v1.ManagedFieldsEntry{}.OpenAPIModelName():        schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
-		v1.MicroTime{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_MicroTime(ref),
-		v1.ObjectMeta{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_ObjectMeta(ref),
-		v1.OwnerReference{}.OpenAPIModelName():            schema_pkg_apis_meta_v1_OwnerReference(ref),
-		v1.PartialObjectMetadata{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
-		v1.PartialObjectMetadataList{}.OpenAPIModelName(): schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
-		v1.Patch{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Patch(ref),
-		v1.PatchOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_PatchOptions(ref),
-		v1.Preconditions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_Preconditions(ref),
-		v1.RootPaths{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_RootPaths(ref),
-		v1.ServerAddressByClientCIDR{}.OpenAPIModelName(): schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
-		v1.ShardInfo{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_ShardInfo(ref),
-		v1.Status{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_Status(ref),
-		v1.StatusCause{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_StatusCause(ref),
-		v1.StatusDetails{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_StatusDetails(ref),
-		v1.Table{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Table(ref),
-		v1.TableColumnDefinition{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
-		v1.TableOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_TableOptions(ref),
-		v1.TableRow{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TableRow(ref),
-		v1.TableRowCondition{}.OpenAPIModelName():         schema_pkg_apis_meta_v1_TableRowCondition(ref),
-		v1.Time{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_Time(ref),
-		v1.Timestamp{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Timestamp(ref),
-		v1.TypeMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TypeMeta(ref),
-		v1.UpdateOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_UpdateOptions(ref),
-		v1.WatchEvent{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_WatchEvent(ref),
-		runtime.RawExtension{}.OpenAPIModelName():         schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
-		runtime.TypeMeta{}.OpenAPIModelName():             schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
-		runtime.Unknown{}.OpenAPIModelName():              schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
-		version.Info{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_version_Info(ref),
+		v1alpha1.LeaseAcquisitionReview{}.OpenAPIModelName():       schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReview(ref),
+		v1alpha1.LeaseAcquisitionReviewSpec{}.OpenAPIModelName():   schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewSpec(ref),
+		v1alpha1.LeaseAcquisitionReviewStatus{}.OpenAPIModelName(): schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewStatus(ref),
+		v1alpha1.LeaseCounter{}.OpenAPIModelName():                 schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref),
+		v1alpha1.LeaseCounterList{}.OpenAPIModelName():             schema_lease_operator_api_live_v1alpha1_LeaseCounterList(ref),
+		v1alpha1.LeaseHolder{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_LeaseHolder(ref),
+		v1alpha1.LeaseHolderList{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref),
+		v1alpha1.LeaseHolderSpec{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref),
+		v1alpha1.LeaseHolderStatus{}.OpenAPIModelName():            schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref),
+		v1alpha1.LeaseWaiter{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_LeaseWaiter(ref),
+		v1alpha1.LeaseWaiterList{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeaseWaiterList(ref),
+		v1alpha1.LeaseWaiterStatus{}.OpenAPIModelName():            schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref),
+		v1alpha1.PodRevocation{}.OpenAPIModelName():                schema_lease_operator_api_live_v1alpha1_PodRevocation(ref),
+		v1alpha1.Reconcile{}.OpenAPIModelName():                    schema_lease_operator_api_live_v1alpha1_Reconcile(ref),
+		v1alpha1.ReconcileResult{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref),
+		v1alpha1.ReviewBusyLevel{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_ReviewBusyLevel(ref),
+		v1alpha1.ReviewLevel{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_ReviewLevel(ref),
+		v1alpha1.Sweep{}.OpenAPIModelName():                        schema_lease_operator_api_live_v1alpha1_Sweep(ref),
+		v1alpha1.SweepResult{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_SweepResult(ref),
+		v1.APIGroup{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_APIGroup(ref),
+		v1.APIGroupList{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_APIGroupList(ref),
+		v1.APIResource{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_APIResource(ref),
+		v1.APIResourceList{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_APIResourceList(ref),
+		v1.APIVersions{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_APIVersions(ref),
+		v1.ApplyOptions{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_ApplyOptions(ref),
+		v1.Condition{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_Condition(ref),
+		v1.CreateOptions{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_CreateOptions(ref),
+		v1.DeleteOptions{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_DeleteOptions(ref),
+		v1.Duration{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_Duration(ref),
+		v1.FieldSelectorRequirement{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
+		v1.FieldsV1{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_FieldsV1(ref),
+		v1.GetOptions{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_GetOptions(ref),
+		v1.GroupKind{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_GroupKind(ref),
+		v1.GroupResource{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_GroupResource(ref),
+		v1.GroupVersion{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_GroupVersion(ref),
+		v1.GroupVersionForDiscovery{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
+		v1.GroupVersionKind{}.OpenAPIModelName():                   schema_pkg_apis_meta_v1_GroupVersionKind(ref),
+		v1.GroupVersionResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_GroupVersionResource(ref),
+		v1.InternalEvent{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_InternalEvent(ref),
+		v1.LabelSelector{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_LabelSelector(ref),
+		v1.LabelSelectorRequirement{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
+		v1.List{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_List(ref),
+		v1.ListMeta{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_ListMeta(ref),
+		v1.ListOptions{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_ListOptions(ref),
+		v1.ManagedFieldsEntry{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
+		v1.MicroTime{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_MicroTime(ref),
+		v1.ObjectMeta{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_ObjectMeta(ref),
+		v1.OwnerReference{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_OwnerReference(ref),
+		v1.PartialObjectMetadata{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
+		v1.PartialObjectMetadataList{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
+		v1.Patch{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_Patch(ref),
+		v1.PatchOptions{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_PatchOptions(ref),
+		v1.Preconditions{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_Preconditions(ref),
+		v1.RootPaths{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_RootPaths(ref),
+		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
+		v1.ShardInfo{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_ShardInfo(ref),
+		v1.Status{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_Status(ref),
+		v1.StatusCause{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_StatusCause(ref),
+		v1.StatusDetails{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_StatusDetails(ref),
+		v1.Table{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_Table(ref),
+		v1.TableColumnDefinition{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
+		v1.TableOptions{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_TableOptions(ref),
+		v1.TableRow{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_TableRow(ref),
+		v1.TableRowCondition{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TableRowCondition(ref),
+		v1.Time{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_Time(ref),
+		v1.Timestamp{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_Timestamp(ref),
+		v1.TypeMeta{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_TypeMeta(ref),
+		v1.UpdateOptions{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_UpdateOptions(ref),
+		v1.WatchEvent{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_WatchEvent(ref),
+		runtime.RawExtension{}.OpenAPIModelName():                  schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
+		runtime.TypeMeta{}.OpenAPIModelName():                      schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
+		runtime.Unknown{}.OpenAPIModelName():                       schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
+		version.Info{}.OpenAPIModelName():                          schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReview(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeaseAcquisitionReview asks the manager what an acquisition would answer now, without acquiring: the admission API's dry run (docs/api.md, \"Dry run\") for people, as a SubjectAccessReview asks the authorizer. Create it in a tenant's namespace, whose tenant it asks for, or in the system namespace naming any tenant; the answer is in status and nothing is kept (docs/live-api.md, \"Acquisition reviews\").",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec is the acquisition to review.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.LeaseAcquisitionReviewSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status is the answer (filled in by the server).",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.LeaseAcquisitionReviewStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LeaseAcquisitionReviewSpec{}.OpenAPIModelName(), v1alpha1.LeaseAcquisitionReviewStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeaseAcquisitionReviewSpec is an acquisition as the admission API takes it, without what only a holder has (holder reference, payload, pod).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lease": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lease is the name of the lease definition; empty or \"none\" is no lease (NOOP).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"tenant": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tenant is the tenant to act for. In a tenant's namespace it is that namespace's tenant (the default; another one is refused); in the system namespace it is required.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"project": {
+						SchemaProps: spec.SchemaProps{
+							Description: "project is the project to act for.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"user": {
+						SchemaProps: spec.SchemaProps{
+							Description: "user is the user to act for; required when the definition caps the user level.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"type": {
+						SchemaProps: spec.SchemaProps{
+							Description: "type is the lease type. It selects only the revocation handler, so it may be left out; a type that is given must have a handler.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"project"},
+			},
+		},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeaseAcquisitionReviewStatus is what an acquisition would answer now.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"outcome": {
+						SchemaProps: spec.SchemaProps{
+							Description: "outcome is granted, busy, noop or error.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"tenant": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tenant is the tenant the review was made for (the namespace's, in a tenant's namespace).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is the counter key the lease books.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"levels": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "levels are the levels a grant would book, narrow to wide (granted).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ReviewLevel{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"busy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "busy is the first full level, narrow to wide (busy).",
+							Ref:         ref(v1alpha1.ReviewBusyLevel{}.OpenAPIModelName()),
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message says the outcome for people.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ReviewBusyLevel{}.OpenAPIModelName(), v1alpha1.ReviewLevel{}.OpenAPIModelName()},
 	}
 }
 
@@ -914,6 +1086,90 @@ func schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref common.Referenc
 					},
 				},
 				Required: []string{"corrected", "deleted", "created", "skipped"},
+			},
+		},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_ReviewBusyLevel(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReviewBusyLevel is the admission API's busy diagnosis: the first full level.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"level": {
+						SchemaProps: spec.SchemaProps{
+							Description: "level is user, project, tenant or global.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"scope": {
+						SchemaProps: spec.SchemaProps{
+							Description: "scope is tenant/user, tenant/project, tenant or *.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"count": {
+						SchemaProps: spec.SchemaProps{
+							Description: "count is the number of slots in use at the level.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"cap": {
+						SchemaProps: spec.SchemaProps{
+							Description: "cap is the level's cap.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"level", "scope", "count", "cap"},
+			},
+		},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_ReviewLevel(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReviewLevel is one capped level a grant would book.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"level": {
+						SchemaProps: spec.SchemaProps{
+							Description: "level is user, project, tenant or global.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"scope": {
+						SchemaProps: spec.SchemaProps{
+							Description: "scope is tenant/user, tenant/project, tenant or *.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cap": {
+						SchemaProps: spec.SchemaProps{
+							Description: "cap is the level's cap.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"level", "scope", "cap"},
 			},
 		},
 	}

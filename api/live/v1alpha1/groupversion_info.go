@@ -22,6 +22,9 @@ const (
 	ResourcePodRevocations = "podrevocations"
 	ResourceSweeps         = "sweeps"
 	ResourceReconciles     = "reconciles"
+	// ResourceAcquisitionReviews: create-only, in a tenant's namespace (or the system
+	// namespace): what an acquisition would answer now.
+	ResourceAcquisitionReviews = "leaseacquisitionreviews"
 )
 
 var (
@@ -46,6 +49,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&LeaseCounter{}, &LeaseCounterList{},
 		&LeaseWaiter{}, &LeaseWaiterList{},
 		&PodRevocation{}, &Sweep{}, &Reconcile{},
+		&LeaseAcquisitionReview{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

@@ -22,6 +22,21 @@ limitations under the License.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeaseAcquisitionReview) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeaseAcquisitionReview"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeaseAcquisitionReviewSpec) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeaseAcquisitionReviewSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeaseAcquisitionReviewStatus) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeaseAcquisitionReviewStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in LeaseCounter) OpenAPIModelName() string {
 	return "io.vancetope.lease.live.v1alpha1.LeaseCounter"
 }
@@ -79,6 +94,16 @@ func (in Reconcile) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReconcileResult) OpenAPIModelName() string {
 	return "io.vancetope.lease.live.v1alpha1.ReconcileResult"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReviewBusyLevel) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.ReviewBusyLevel"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReviewLevel) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.ReviewLevel"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -1,0 +1,61 @@
+package leasing
+
+import (
+	"context"
+)
+
+// DryRun answers what Acquire would answer now, and changes nothing (docs/api.md, "Dry
+// run"). It validates and resolves as Acquire does, decides the levels with the same
+// planOf, and then reads the funnel's counters once (Store.Probe). The answer is the Lease a
+// grant would carry, without Token and Fence; a NOOP lease; or Acquire's errors:
+// *lease.InvalidError, *lease.BusyError (the first full level, narrow to wide, Waited 0) and
+// *lease.UnavailableError.
+//
+// It never waits (req.Wait is validated, then ignored) and never writes: no holder, no
+// counter, no line, no lazy sweep, no heal. So a level that a real acquisition would free
+// first by reaping idle holders, or by healing a count a crash left behind, answers busy
+// here. It counts in no metric: vance_lease_acquire_total counts acquisitions.
+func (s *Service) DryRun(ctx context.Context, req Request) (Lease, error) {
+	if err := s.validate(req); err != nil {
+		return Lease{}, err
+	}
+	return s.dryRun(ctx, req)
+}
+
+// Review is DryRun for a person rather than a consumer (the live API's
+// LeaseAcquisitionReview): req.Type may be empty, since the type only selects the revocation
+// handler and no counter depends on it. A type that is given must have a handler.
+func (s *Service) Review(ctx context.Context, req Request) (Lease, error) {
+	if req.Type != "" {
+		if err := s.validateType(req.Type); err != nil {
+			return Lease{}, err
+		}
+	}
+	if err := validateFields(req); err != nil {
+		return Lease{}, err
+	}
+	return s.dryRun(ctx, req)
+}
+
+// dryRun is DryRun past the validation.
+func (s *Service) dryRun(ctx context.Context, req Request) (Lease, error) {
+	def, err := s.resolve(ctx, req)
+	if err != nil {
+		return Lease{}, err
+	}
+	p, err := planOf(def, req)
+	if err != nil {
+		return Lease{}, err
+	}
+	if p.noop {
+		return p.lease(def), nil
+	}
+	busy, err := s.store.Probe(ctx, def.Resource, p.caps, req.Tenant, req.Project, req.User)
+	if err != nil {
+		return Lease{}, storeError("probing "+def.Resource, "lease", err)
+	}
+	if busy != nil {
+		return Lease{}, busy
+	}
+	return p.lease(def), nil
+}
