@@ -55,6 +55,8 @@ func (s *Service) dryRun(ctx context.Context, req Request) (Lease, error) {
 		return Lease{}, storeError("probing "+def.Resource, "lease", err)
 	}
 	if busy != nil {
+		// Where it would stand: every live waiter of the level's line is ahead of it.
+		s.explain(ctx, busy, "")
 		return Lease{}, busy
 	}
 	return p.lease(def), nil
