@@ -35,6 +35,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/liveapi"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/podadmit"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
@@ -64,6 +65,8 @@ type managerFlags struct {
 	agentPort       int
 	webhookPort     int
 	webhookCertDir  string
+	podAdmission    bool
+	gateWebhook     bool
 	tenancy         tenancyFlags
 	live            liveAPIFlags
 }
@@ -94,6 +97,10 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.agentPort, "agent-internal-port", settings.AgentInternalPort, "Port of the agents' internal revocation endpoint.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key of the webhook server (default: controller-runtime's).")
+	fs.BoolVar(&f.podAdmission, "pod-admission", true,
+		"Admit pods annotated "+podadmit.AnnotationLease+" by lease: acquire on the pod's behalf and remove its scheduling gate "+podadmit.Gate+" once granted (docs/pod-admission.md). Runs on the leader.")
+	fs.BoolVar(&f.gateWebhook, "pod-admission-webhook", false,
+		"Serve the webhook that gates annotated pods at creation even without --agent-image (with it, the webhook server serves both).")
 	f.live.bind(fs)
 }
 
@@ -157,10 +164,17 @@ func runManager(args []string) error {
 	if err := setupWebhooks(mgr, f); err != nil {
 		return err
 	}
+	if f.podAdmission {
+		admitter := podadmit.NewAdmitter(mgr.GetClient(), svc, tenants, mgr.GetEventRecorder("lease-operator"),
+			podadmit.WithDefinitions(resolver), podadmit.WithLogger(ctrl.Log.WithName("podadmit")))
+		if err := admitter.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up pod admission: %w", err)
+		}
+	}
 	if err := setupChecks(mgr, rev.watcher); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "admin", adminLogAddr(f), "database", f.store.database, "webhook", f.agentImage != "")
+	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "admin", adminLogAddr(f), "database", f.store.database, "webhook", f.webhooksOn(), "podAdmission", f.podAdmission)
 	return mgr.Start(ctx)
 }
 
@@ -213,7 +227,7 @@ func setupManager(f managerFlags) (ctrl.Manager, error) {
 			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	if f.agentImage != "" {
+	if f.webhooksOn() {
 		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: f.webhookPort, CertDir: f.webhookCertDir})
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
@@ -330,8 +344,20 @@ func managerBinder(tenants tenancy.Map, allowNonPod bool) httpapi.TenantBinder {
 	return tenancy.Binder{Map: tenants, NonPod: policy}.Bind
 }
 
-// setupWebhooks registers the sidecar injection webhook when an agent image is configured.
+// webhooksOn reports whether the manager runs a webhook server: for the sidecar injection
+// (an agent image is configured), and then also for pod admission's gate, or for the gate
+// alone.
+func (f managerFlags) webhooksOn() bool { return f.agentImage != "" || f.gateWebhook }
+
+// setupWebhooks registers the webhooks the server runs for: the pod admission gate, and the
+// sidecar injection when an agent image is configured.
 func setupWebhooks(mgr ctrl.Manager, f managerFlags) error {
+	if !f.webhooksOn() {
+		return nil
+	}
+	if err := podadmit.SetupWebhookWithManager(mgr); err != nil {
+		return err
+	}
 	if f.agentImage == "" {
 		return nil
 	}

@@ -38,7 +38,10 @@ var _ = BeforeSuite(func() {
 	var err error
 	env, err = testenv.Start(assetsDir, testenv.Options{Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(env.WebhookInstallOptions.MutatingWebhooks).To(HaveLen(1), "config/webhook must hold the injection webhook")
+	// config/webhook holds the injection webhook and pod admission's gate; this suite serves
+	// the injection only (no spec creates a pod asking for admission).
+	Expect(env.WebhookInstallOptions.MutatingWebhooks).To(HaveLen(1), "config/webhook: one configuration")
+	Expect(env.WebhookInstallOptions.MutatingWebhooks[0].Webhooks).To(ContainElement(HaveField("Name", "inject.lease.vancetope.io")))
 	k8sClient = env.Client
 
 	// The same wiring as cmd/manager, on the host, port and certificates envtest provides.

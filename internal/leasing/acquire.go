@@ -57,6 +57,9 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 	if req.Wait != nil && *req.Wait < wait {
 		wait = *req.Wait
 	}
+	if req.WaitFor != nil {
+		wait = *req.WaitFor
+	}
 	sreq := leasestore.AcquireRequest{
 		LeaseName: def.Name,
 		Resource:  def.Resource,
@@ -80,7 +83,7 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 	}
 	label := s.labels.of(def.Resource)
 	s.metrics.Waiting.WithLabelValues(label).Inc()
-	h, err := s.acquire(ctx, sreq, start.Add(wait), current)
+	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued)
 	s.metrics.Waiting.WithLabelValues(label).Dec()
 	var changed *definitionChanged
 	if errors.As(err, &changed) {

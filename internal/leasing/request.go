@@ -30,6 +30,14 @@ type Request struct {
 	Payload map[string]string
 	// Wait, when set, shortens the definition's wait; it never lengthens it.
 	Wait *time.Duration
+	// WaitFor, when set, replaces the definition's wait and Wait: for callers inside the
+	// manager that wait on a workload's behalf for as long as it exists (pod admission,
+	// docs/pod-admission.md), ending the wait by cancelling ctx. The HTTP API never sets it.
+	WaitFor *time.Duration
+	// Queued, when set, is called when the acquisition has its place: after its first
+	// attempt, which either put it in a line or answered. Callers that start acquisitions one
+	// after another use it to keep their order in the line. It must not block.
+	Queued func()
 }
 
 // Lease is the outcome of a successful acquisition.

@@ -36,10 +36,12 @@ const deadlineMargin = 100 * time.Millisecond
 
 // acquire runs the funnel with waiting until deadline. The answer is the holder, a
 // *lease.BusyError (the level found full; with Err when the caller left), a store error, or
-// *definitionChanged when current reports a new definition.
-func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc) (lease.Holder, error) {
+// *definitionChanged when current reports a new definition. queued (may be nil) is called
+// after the first attempt (Request.Queued).
+func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func()) (lease.Holder, error) {
 	for {
-		h, err := s.acquireOnce(ctx, req, deadline, current)
+		h, err := s.acquireOnce(ctx, req, deadline, current, queued)
+		queued = nil // once
 		if errors.Is(err, errStartOver) && deadline.After(s.clk.Now()) && ctx.Err() == nil {
 			continue
 		}
@@ -62,7 +64,7 @@ func (e *startOver) Unwrap() error        { return e.busy }
 func (e *startOver) Is(target error) bool { return target == errStartOver }
 
 // acquireOnce is one holder's acquisition: its attempt and, if it queued, its wait.
-func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc) (lease.Holder, error) {
+func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func()) (lease.Holder, error) {
 	op := "acquiring " + req.Resource
 	token, err := leasestore.NewToken()
 	if err != nil {
@@ -88,6 +90,9 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 	// The first attempt is bounded by ctx and the store's own timeout, not by the wait: an
 	// acquisition that may not wait still gets its one attempt.
 	h, err := s.store.Acquire(ctx, req)
+	if queued != nil {
+		queued()
+	}
 	var waiting *leasestore.WaitingError
 	if err == nil || errors.As(err, &waiting) || errors.Is(err, lease.ErrBusy) {
 		s.answered()

@@ -25,8 +25,11 @@ const (
 	ReasonUIDMismatch = "UIDMismatch"
 	// ReasonFinished: the pod's phase is Succeeded or Failed; it never runs again.
 	ReasonFinished = "Finished"
-	// ReasonNoEndpoint: the pod has no IP (not started yet, or torn down).
+	// ReasonNoEndpoint: the pod has no IP although it is past Pending (torn down).
 	ReasonNoEndpoint = "NoEndpoint"
+	// ReasonPending: the pod has not started yet (phase Pending, no IP): a pod admitted by
+	// lease waits for or holds its lease before it runs (docs/pod-admission.md).
+	ReasonPending = "Pending"
 	// ReasonDeletionOverdue: the pod is being deleted and its grace period has passed; it is
 	// stale (its node is likely gone), even though the object still says Running.
 	ReasonDeletionOverdue = "DeletionOverdue"
@@ -40,10 +43,11 @@ const (
 //   - it is this process's own pod: always alive, whatever the informer says (a pod that
 //     performs the check is obviously running; a late informer must not reap our own leases),
 //   - or it exists with the recorded UID (a recreated pod of the same name is another
-//     holder), is not finished (Succeeded/Failed), has an endpoint (pod IP), and, when it is
-//     being deleted, its deletion deadline (deletionTimestamp, i.e. the end of the grace
-//     period) has not passed. A pod in its grace period still runs and may still release its
-//     leases itself.
+//     holder), is not finished (Succeeded/Failed), has an endpoint (pod IP) or has not
+//     started yet (Pending: a pod admitted by lease holds or waits for its lease before it
+//     runs), and, when it is being deleted, its deletion deadline (deletionTimestamp, i.e.
+//     the end of the grace period) has not passed. A pod in its grace period still runs and
+//     may still release its leases itself.
 //
 // An empty recorded UID matches any UID (holders written without the downward API's UID).
 func Liveness(holder, self lease.PodRef, pod *corev1.Pod, now time.Time) (reason string, alive bool) {
@@ -58,10 +62,12 @@ func Liveness(holder, self lease.PodRef, pod *corev1.Pod, now time.Time) (reason
 		return ReasonUIDMismatch, false
 	case Finished(pod):
 		return ReasonFinished, false
-	case PodIP(pod) == "":
-		return ReasonNoEndpoint, false
 	case pod.DeletionTimestamp != nil && !now.Before(pod.DeletionTimestamp.Time):
 		return ReasonDeletionOverdue, false
+	case PodIP(pod) == "" && (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == ""):
+		return ReasonPending, true
+	case PodIP(pod) == "":
+		return ReasonNoEndpoint, false
 	}
 	return ReasonRunning, true
 }

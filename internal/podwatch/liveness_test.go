@@ -39,7 +39,12 @@ func TestLiveness(t *testing.T) {
 		want   want
 	}{
 		"running with recorded UID and IP": {holder, self, pod(), want{ReasonRunning, true}},
-		"pending without IP":               {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending; p.Status.PodIP = "" }), want{ReasonNoEndpoint, false}},
+		"pending without IP (not started)": {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending; p.Status.PodIP = "" }), want{ReasonPending, true}},
+		"running without IP (torn down)":   {holder, self, pod(func(p *corev1.Pod) { p.Status.PodIP = "" }), want{ReasonNoEndpoint, false}},
+		"pending, deletion overdue": {holder, self, pod(func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.PodIP = corev1.PodPending, ""
+			p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Second)}
+		}), want{ReasonDeletionOverdue, false}},
 		"running, IP only in podIPs": {holder, self, pod(func(p *corev1.Pod) {
 			p.Status.PodIP = ""
 			p.Status.PodIPs = []corev1.PodIP{{IP: "fd00::7"}}
