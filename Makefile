@@ -118,6 +118,9 @@ bench: mongodev ## Run the benchmarks (store round trips per operation, contenti
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'PeerWorkload|Handoff|FullLevel' -benchtime 1x ./internal/leasing/
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 		go test -run '^$$' -bench . -benchtime 20x ./internal/liveapi/
+	# What callers that are no pod cost the API server (docs/operations.md, "Pod identity"), under a minute.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" go test -run '^$$' -bench 'UnknownCallers$$' -benchtime 3x ./internal/podwatch/
+	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" go test -run '^$$' -bench UnknownCallerFlood -benchtime 1x ./internal/podwatch/
 	# The peer workload on the deployed shape (docs/figures.md): the built manager and two agents, about a minute.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 		go test -tags robustness -run '^$$' -bench PeerWorkloadDeployed -benchtime 1x -timeout 10m ./test/robustness/

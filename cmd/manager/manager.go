@@ -259,7 +259,7 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 		self = lease.PodRef{}
 	}
 	watcher, err := podwatch.New(mgr.GetConfig(), podwatch.WithSelf(self), podwatch.WithNamespaces(splitList(f.namespaces)...),
-		podwatch.WithLogger(ctrl.Log.WithName("podwatch")))
+		podwatch.WithRegisterer(ctrlmetrics.Registry), podwatch.WithLogger(ctrl.Log.WithName("podwatch")))
 	if err != nil {
 		return revocationParts{}, err
 	}

@@ -9,6 +9,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -149,7 +150,9 @@ func (h *handler) acquisition(w http.ResponseWriter, r *http.Request) (leasing.R
 	if h.identity != nil {
 		pod, err := h.identity(r)
 		if err != nil {
-			if !errors.Is(err, lease.ErrUnavailable) {
+			if errors.Is(err, lease.ErrUnavailable) {
+				err = fmt.Errorf("%w: %w", errCallerUnidentified, err)
+			} else {
 				err = &lease.InvalidError{Field: "pod", Detail: "the calling pod is not known: " + err.Error()}
 			}
 			return leasing.Request{}, err

@@ -283,14 +283,15 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 func TestPodIdentity(t *testing.T) {
 	unknown := errors.New("no pod has IP 10.0.0.9")
 	cases := map[string]struct {
-		identity   httpapi.PodIdentity
-		wantStatus int
-		wantField  string
+		identity    httpapi.PodIdentity
+		wantStatus  int
+		wantField   string
+		wantMessage string
 	}{
-		"unknown caller": {func(*http.Request) (lease.PodRef, error) { return lease.PodRef{}, unknown }, http.StatusBadRequest, "pod"},
+		"unknown caller": {func(*http.Request) (lease.PodRef, error) { return lease.PodRef{}, unknown }, http.StatusBadRequest, "pod", ""},
 		"not synced": {func(*http.Request) (lease.PodRef, error) {
 			return lease.PodRef{}, fmt.Errorf("pod informer: %w", lease.ErrUnavailable)
-		}, http.StatusServiceUnavailable, ""},
+		}, http.StatusServiceUnavailable, "", "the calling pod cannot be identified now (correlation id "},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -298,6 +299,9 @@ func TestPodIdentity(t *testing.T) {
 			status, out := e.do(t, http.MethodPost, "/v1/leases", texBody)
 			if status != tc.wantStatus || (tc.wantField != "" && out["field"] != tc.wantField) {
 				t.Errorf("acquire = %d %v, want %d naming %q", status, out, tc.wantStatus, tc.wantField)
+			}
+			if msg, _ := out["message"].(string); !strings.HasPrefix(msg, tc.wantMessage) {
+				t.Errorf("message = %q, want it to start %q", msg, tc.wantMessage)
 			}
 			if n := e.cmds.get(); n != 0 {
 				t.Errorf("sent %d store commands", n)

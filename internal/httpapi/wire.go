@@ -191,11 +191,19 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// errCallerUnidentified marks an unavailable answer of the PodIdentity: what cannot be known
+// now is the calling pod, not the store (the API server cannot be read, two pods claim the
+// address, or too many unknown callers; docs/operations.md, "Pod identity").
+var errCallerUnidentified = errors.New("the calling pod cannot be identified now")
+
 // unavailableMessage says what kind of thing is unavailable, without internal detail.
 func unavailableMessage(err error) string {
 	var ue *definition.UnavailableError
 	if errors.As(err, &ue) {
 		return fmt.Sprintf("the definition of lease %q is unavailable (broken, in conflict, refused or unreadable)", ue.Name)
+	}
+	if errors.Is(err, errCallerUnidentified) {
+		return errCallerUnidentified.Error()
 	}
 	if errors.Is(err, tenancy.ErrNotSynced) {
 		return "the tenant of the calling pod is not known yet (the server has not yet learnt which namespace belongs to which tenant)"

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vancetope/lease-operator/internal/lease"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +47,20 @@ type options struct {
 	Clock clock.PassiveClock
 	// Logger (default: discard).
 	Logger logr.Logger
+	// UnknownIPTTL and UnknownIPs bound the memory of addresses without a pod;
+	// LookupRate and LookupBurst the API server lookups of Identify (lookup.go).
+	UnknownIPTTL time.Duration
+	UnknownIPs   int
+	LookupRate   float64
+	LookupBurst  int
+	// Registerer registers the lookup counter (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// defaultOptions are the options before any Option is applied.
+func defaultOptions() options {
+	return options{UnknownIPTTL: DefaultUnknownIPTTL, UnknownIPs: DefaultUnknownIPs,
+		LookupRate: DefaultLookupRate, LookupBurst: DefaultLookupBurst}
 }
 
 // Option configures a Watcher.
@@ -66,6 +82,24 @@ func WithClock(clk clock.PassiveClock) Option { return func(o *options) { o.Cloc
 // WithLogger sets the logger (default: discard).
 func WithLogger(log logr.Logger) Option { return func(o *options) { o.Logger = log } }
 
+// WithUnknownIPCache sets how long Identify answers "no pod" for an address the API server
+// had no pod for without asking again, and how many such addresses it keeps (default
+// DefaultUnknownIPTTL, DefaultUnknownIPs). A ttl of 0 keeps none.
+func WithUnknownIPCache(ttl time.Duration, size int) Option {
+	return func(o *options) { o.UnknownIPTTL, o.UnknownIPs = ttl, size }
+}
+
+// WithLookupLimit sets the rate (per second) and burst of Identify's API server lookups
+// (default DefaultLookupRate, DefaultLookupBurst); a caller over it is refused as unavailable.
+// A rate of 0 or less is no limit (the cost before the bound, for benchmarks).
+func WithLookupLimit(perSecond float64, burst int) Option {
+	return func(o *options) { o.LookupRate, o.LookupBurst = perSecond, burst }
+}
+
+// WithRegisterer registers the counter of Identify's lookups,
+// vance_lease_pod_identity_lookups_total (docs/observability.md).
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.Registerer = reg } }
+
 // Watcher is the pod informer: a controller-runtime cache of stripped pods (StripPod) with
 // an index by pod IP, plus an uncached reader to confirm a death before anything is reaped.
 // It is a manager Runnable that needs no leader election (every replica keeps its own).
@@ -77,6 +111,7 @@ type Watcher struct {
 	ns       []string // watched namespaces; empty: all
 	clock    clock.PassiveClock
 	log      logr.Logger
+	lookups  *lookups
 
 	mu   sync.Mutex
 	gone []func(lease.PodRef)
@@ -92,7 +127,7 @@ var (
 // New builds a Watcher for the cluster of cfg. It does not contact the API server until
 // Start. RBAC: get, list, watch on pods (in the watched namespaces).
 func New(cfg *rest.Config, opt ...Option) (*Watcher, error) {
-	var opts options
+	opts := defaultOptions()
 	for _, o := range opt {
 		o(&opts)
 	}
@@ -127,6 +162,17 @@ func newWatcher(ctx context.Context, c cache.Cache, api client.Reader, opts opti
 	if w.log.GetSink() == nil {
 		w.log = logr.Discard()
 	}
+	counter := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vance_lease_pod_identity_lookups_total",
+		Help: "Callers of the admission API whose address the pod cache did not know, by how they were answered (found, none, cached-none, limited, error).",
+	}, []string{"result"})
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(counter); err != nil {
+			return nil, fmt.Errorf("registering the lookup counter: %w", err)
+		}
+	}
+	w.lookups = newLookups(w.clock, newUnknownIPs(opts.UnknownIPTTL, opts.UnknownIPs), opts.LookupRate, opts.LookupBurst,
+		w.listByIP, func(result string) { counter.WithLabelValues(result).Inc() })
 	if err := c.IndexField(ctx, &corev1.Pod{}, indexPodIP, podIPs); err != nil {
 		return nil, fmt.Errorf("indexing pods by IP: %w", err)
 	}
@@ -301,7 +347,9 @@ func (w *Watcher) PodByIP(ip string) (lease.PodRef, bool) {
 // No pod with ip there either: the zero PodRef (the caller is no pod, e.g. a developer's
 // curl). Still more than one, or the API server cannot be read: an error satisfying
 // lease.ErrUnavailable, because a holder stored without its pod would never be pod-reaped
-// (docs/operations.md, "Pod identity").
+// (docs/operations.md, "Pod identity"). The API server is asked within a bound (lookup.go):
+// an address it had no pod for is no pod for a short time without asking again, and over
+// the rate limit a caller is refused as unavailable.
 func (w *Watcher) Identify(ctx context.Context, ip string) (lease.PodRef, error) {
 	if ref, ok := w.PodByIP(ip); ok {
 		return ref, nil
@@ -310,6 +358,12 @@ func (w *Watcher) Identify(ctx context.Context, ip string) (lease.PodRef, error)
 	if !ok {
 		return lease.PodRef{}, nil
 	}
+	return w.lookups.identify(ctx, key)
+}
+
+// listByIP asks the API server which running pod has ip (normalized), in the watched
+// namespaces: the zero PodRef for none.
+func (w *Watcher) listByIP(ctx context.Context, key string) (lease.PodRef, error) {
 	namespaces := w.ns
 	if len(namespaces) == 0 {
 		namespaces = []string{""} // all
