@@ -143,7 +143,7 @@ mongo: $(MONGODEV) ## Run the development MongoDB server in the foreground on 12
 	$(MONGODEV) --listen 127.0.0.1:27017
 
 .PHONY: run
-run: build $(MONGODEV) ## Run the dev store and the manager against the current kubeconfig (or an envtest control plane).
+run: build $(MONGODEV) ## Run the dev store and the manager against the current kubeconfig (or an envtest control plane where pods run, by kwok; KWOK=off leaves them Pending).
 	hack/run.sh
 
 .PHONY: docker-build
