@@ -79,11 +79,15 @@ verify: manifests generate fmt-check tidy-check check-test-sleeps vet lint ## Wh
 envtest: ## Build (once, cached outside the repo) the envtest control plane; prints its directory.
 	@hack/envtest-bins.sh
 
+.PHONY: kwok
+kwok: ## Build (once, cached outside the repo) kwok and its stage file, which make pods run on the local control plane; prints the binary's path.
+	@hack/kwok-bin.sh
+
 .PHONY: test
 # The JSON of go test goes through hack/testsummary: go test's usual output (failures, the
 # closing ok/FAIL line per package), then the ten slowest tests of the run.
 test: vet mongodev ## Run all tests: unit, store (dev server or $$MONGODB_URI), envtest integration.
-	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
+	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" KWOK_BIN="$$(hack/kwok-bin.sh)" MONGODEV_BIN=$(MONGODEV) \
 		go test -count=1 -json $(GOTEST_FLAGS) ./... | go run ./hack/testsummary -top 10
 	cd hack/mongodev && go test -count=1 $(GOTEST_FLAGS) ./...
 
@@ -142,7 +146,7 @@ mongo: $(MONGODEV) ## Run the development MongoDB server in the foreground on 12
 	$(MONGODEV) --listen 127.0.0.1:27017
 
 .PHONY: run
-run: build $(MONGODEV) ## Run the dev store and the manager against the current kubeconfig (or an envtest control plane).
+run: build $(MONGODEV) ## Run the dev store and the manager against the current kubeconfig (or an envtest control plane where pods run, by kwok; KWOK=off leaves them Pending).
 	hack/run.sh
 
 .PHONY: docker-build

@@ -3,7 +3,8 @@
 # (hack/mongodev) and, unless KUBECONFIG names a cluster, a local control plane (envtest's
 # kube-apiserver and etcd, built once by hack/envtest-bins.sh) with the CRDs, the sample
 # LeaseDefinitions (system layer in lease-system, acme's layers in the namespace acme) and the
-# tenancy admission policy (config/policy) and the live API's ClusterRoles; then runs the
+# tenancy admission policy (config/policy) and the live API's ClusterRoles, where pods run
+# (kwok, built once by hack/kwok-bin.sh, plays the kubelet of one node); then runs the
 # manager, with lease-system as its system namespace, and prints the lines to paste once it
 # is ready: the admission API answers and the live API is Available (hack/devcluster
 # await). Its log follows. Ctrl-C stops everything.
@@ -16,7 +17,8 @@
 # (default lease-system; docs/tenancy.md), LIVE_API_PORT (the live API, registered with the
 # local control plane's aggregation layer; default 8444), MONGODEV_FLAGS (more flags of the
 # development server, e.g. "--log-level info --slow-command 20ms" logs every command that
-# holds it longer into its log).
+# holds it longer into its log), KWOK (off: pods of the local control plane stay Pending, as
+# before kwok; docs/operations.md#the-development-cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -25,7 +27,9 @@ admin=${ADMIN_ADDR:-127.0.0.1:8083}
 system_ns=${SYSTEM_NAMESPACE:-lease-system}
 export LEASE_SYSTEM_NAMESPACE=$system_ns
 live_port=${LIVE_API_PORT:-8444}
+kwok=${KWOK:-on}
 live_flags=()
+kwok_flags=()
 await_flags=()
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -56,12 +60,18 @@ export MONGODB_URI
 if [[ -z "${KUBECONFIG:-}" ]]; then
   KUBEBUILDER_ASSETS=$(hack/envtest-bins.sh)
   export KUBEBUILDER_ASSETS
+  if [[ "$kwok" != off ]]; then
+    KWOK_BIN=$(hack/kwok-bin.sh)
+    export KWOK_BIN
+    kwok_flags=(--kwok --kwok-dir "$logs/kwok")
+  fi
   "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples,config/policy \
-    --live-api-port "$live_port" --system-namespace "$system_ns" >"$logs/devcluster.log" 2>&1 &
+    --live-api-port "$live_port" --system-namespace "$system_ns" "${kwok_flags[@]}" >"$logs/devcluster.log" 2>&1 &
   pids+=($!)
   wait_for "$logs/devcluster.log" "devcluster ready" 120 "${pids[-1]}"
   export KUBECONFIG=$bin/dev.kubeconfig
   echo "run: local control plane, KUBECONFIG=$KUBECONFIG (config/samples, config/policy and the live API's ClusterRoles applied)"
+  sed -n 's/^devcluster kwok: /run: kwok: /p' "$logs/devcluster.log"
   # The local control plane routes live.lease.vancetope.io to this manager.
   live_flags=(--live-api-bind-address "127.0.0.1:$live_port")
   await_flags=(--live --kubeconfig "$KUBECONFIG")
@@ -95,6 +105,12 @@ run: the operator's view, in another shell (the kubeconfig is all it needs):
      kubectl get leaseholders -A; kubectl get leasecounters -A
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
+if ((${#kwok_flags[@]})); then
+  cat <<TXT
+run: pods run here (kwok): kubectl -n acme run app --image=busybox; kubectl -n acme get pod app -o wide
+     shows its IP (127.1.0.x), which this host can send from: curl --interface <IP> ... acts as that pod
+TXT
+fi
 tail -n +1 -f --pid "$manager" "$logs/manager.log" &
 pids+=($!)
 status=0

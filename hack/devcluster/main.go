@@ -9,6 +9,10 @@
 //
 //	go run ./hack/devcluster --write-kubeconfig bin/dev.kubeconfig
 //
+// With --kwok, pods run: kwok (hack/kwok-bin.sh) plays the kubelet of one node and a binder
+// places every pod on it (internal/testutil/kwoktest), so a pod becomes Running and Ready with
+// an IP on loopback (127.1.0.x) that this host can send from (docs/operations.md#the-development-cluster).
+//
 // `devcluster await` (await.go) waits until a manager started against it is ready.
 //
 // KUBEBUILDER_ASSETS must name the directory with the binaries (hack/envtest-bins.sh).
@@ -28,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,6 +44,7 @@ import (
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
+	"github.com/vancetope/lease-operator/internal/testutil/kwoktest"
 )
 
 func main() {
@@ -63,6 +69,8 @@ func run() error {
 	system := flag.String("system-namespace", "lease-system", "namespace of the live API's Service (the manager's system namespace)")
 	rbacDir := flag.String("rbac", filepath.Join("config", "rbac"), "directory of the live API's ClusterRoles (live_*_role.yaml), installed with --live-api-port")
 	install := flag.String("kustomization", filepath.Join("config", "default", "kustomization.yaml"), "the install whose namePrefix the live API's ClusterRoles get")
+	withKwok := flag.Bool("kwok", false, "make pods run: start kwok ($KWOK_BIN, else hack/kwok-bin.sh) with one node and bind every pod to it")
+	kwokDir := flag.String("kwok-dir", "", "with --kwok: where kwok's log and kubeconfig go (default a temporary directory)")
 	flag.Parse()
 
 	var (
@@ -109,6 +117,15 @@ func run() error {
 		if err := applyDir(cfg, dir); err != nil {
 			return err
 		}
+	}
+	if *withKwok {
+		k, err := kwoktest.Start(context.Background(), cfg, kwoktest.Options{Dir: *kwokDir})
+		if err != nil {
+			return fmt.Errorf("starting kwok: %w", err)
+		}
+		defer func() { _ = k.Stop() }()
+		fmt.Printf("devcluster kwok: node %s Ready in %v; pods run, with IPs from %s (kwok's log: %s)\n",
+			k.NodeName, k.Startup.Round(time.Millisecond), k.PodCIDR, filepath.Join(k.Dir, "kwok.log"))
 	}
 	fmt.Printf("devcluster ready: KUBECONFIG=%s (API server %s)\n", *kubeconfig, cfg.Host)
 
