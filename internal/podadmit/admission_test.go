@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,6 +19,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/podadmit"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/testutil/admitwatch"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
@@ -104,44 +104,7 @@ var _ = Describe("Admission by lease", func() {
 		ns := tenantNamespace(ctx, "acme")
 		defineLease(ctx, "batch3-system", "batch3", 3)
 		// Watch the pods all along: never more than three ungated and unfinished.
-		var (
-			mu       sync.Mutex
-			most     int
-			admitted []string
-		)
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(sampled)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond): // real time: sampling the pods as they change
-				}
-				var list corev1.PodList
-				if err := k8sClient.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
-					continue
-				}
-				open := 0
-				mu.Lock()
-				for i := range list.Items {
-					p := &list.Items[i]
-					if podadmit.Gated(p) {
-						continue
-					}
-					if !slices.Contains(admitted, p.Name) {
-						admitted = append(admitted, p.Name)
-					}
-					if p.Status.Phase != corev1.PodSucceeded {
-						open++
-					}
-				}
-				most = max(most, open)
-				mu.Unlock()
-			}
-		}()
+		watch := admitwatch.Start(k8sClient, ns)
 		start := time.Now()
 		var pods []*corev1.Pod
 		for i := range 10 {
@@ -188,10 +151,7 @@ var _ = Describe("Admission by lease", func() {
 			}
 		}
 		total := time.Since(start)
-		close(stop)
-		Eventually(sampled).Should(BeClosed())
-		mu.Lock()
-		defer mu.Unlock()
+		most, admitted := watch.Stop()
 		Expect(most).To(BeNumerically("<=", 3), "never more than three pods admitted and running")
 		Expect(admitted).To(Equal(names(pods)), "admitted oldest first")
 		Expect(slices.IsSorted(fences)).To(BeTrue(), "fences %v in admission order", fences)

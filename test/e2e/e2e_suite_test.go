@@ -27,6 +27,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/testutil/kwoktest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
@@ -60,12 +61,18 @@ const (
 	// internalSecret protects the agent's revocation endpoint, shared by manager and agent as
 	// in a real installation.
 	internalSecret = "e2e-internal-secret"
+	// handMadeScheduler is the scheduler the suite's hand-made pods name: no scheduler has
+	// that name, so kwok never runs them and their status stays what the suite sets.
+	handMadeScheduler = "e2e-hand-made"
 )
 
 var (
 	suiteT    *testing.T
 	assetsDir string
-	workDir   string // the binary, the kubeconfig and the process logs
+	kwokBin   string
+	// kwok runs the pods the suite lets be scheduled (docs/testing.md, "Pods that run").
+	kwok    *kwoktest.Cluster
+	workDir string // the binary, the kubeconfig and the process logs
 
 	env       *testenv.Env
 	k8sClient client.Client
@@ -117,6 +124,7 @@ var (
 
 func TestE2E(t *testing.T) {
 	assetsDir = testenv.AssetsOrSkip(t)
+	kwokBin = kwoktest.BinaryOrSkip(t)
 	suiteT = t
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "End-to-End Suite")
@@ -153,10 +161,17 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		started <- result{uri, err}
 	}()
 
-	env, err = testenv.Start(assetsDir, testenv.Options{})
+	// The webhook configurations of config/webhook point at the manager's webhook server,
+	// which serves pod admission's gate (--pod-admission-webhook, below).
+	env, err = testenv.Start(assetsDir, testenv.Options{Webhooks: true})
 	Expect(err).NotTo(HaveOccurred(), "starting the control plane")
 	cfg := env.Config
 	GinkgoWriter.Printf("e2e: control plane ready in %v\n", time.Since(begin).Round(time.Millisecond))
+	// Pods run: kwok plays the kubelet of one node, a binder schedules onto it
+	// (docs/testing.md). The suite's hand-made pods name another scheduler and stay unbound.
+	kwok, err = kwoktest.Start(ctx, cfg, kwoktest.Options{Bin: kwokBin, Dir: filepath.Join(workDir, "kwok")})
+	Expect(err).NotTo(HaveOccurred(), "starting kwok")
+	GinkgoWriter.Printf("e2e: kwok's node %s Ready in %v\n", kwok.NodeName, kwok.Startup.Round(time.Millisecond))
 
 	// The processes get a cluster admin's kubeconfig.
 	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, cfg)
@@ -203,7 +218,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	otherAgentAPIAddr, otherAgentInternalAddr := local(ports[7]), local(ports[8])
 
 	managerInternalPort = agentInternalPort
-	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr, "--admin-bind-address", adminAddr)
+	wio := &env.WebhookInstallOptions
+	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr, "--admin-bind-address", adminAddr,
+		"--pod-admission-webhook", "--webhook-port", strconv.Itoa(wio.LocalServingPort), "--webhook-cert-dir", wio.LocalServingCertDir)
 
 	managerURL := "http://" + managerAddr
 	agentProc = startAgent("agent", appPod, appPodIP, agentAPIAddr, agentInternalAddr, managerURL)
@@ -239,7 +256,10 @@ var _ = AfterSuite(func(ctx SpecContext) {
 		_ = store.Drop(ctx)
 		_ = store.Close(ctx)
 	}
-	var envErr error
+	var kwokErr, envErr error
+	if kwok != nil {
+		kwokErr = kwok.Stop()
+	}
 	if env != nil {
 		envErr = env.Stop()
 	}
@@ -248,6 +268,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 	Expect(bareAgentErr).NotTo(HaveOccurred(), "the agent without a manager should run until the end of the suite")
 	Expect(otherAgentErr).NotTo(HaveOccurred(), "the other tenant's agent should run until the end of the suite")
 	Expect(managerErr).NotTo(HaveOccurred(), "the manager should run until the end of the suite")
+	Expect(kwokErr).NotTo(HaveOccurred(), "stopping kwok")
 	Expect(envErr).NotTo(HaveOccurred(), "stopping the control plane")
 }, NodeTimeout(2*time.Minute))
 
@@ -397,7 +418,9 @@ func createRunningPod(ctx context.Context, ns, name, ip string) lease.PodRef {
 	GinkgoHelper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+		// Another scheduler's: the binder leaves it alone, so kwok never runs it, and its
+		// status is the suite's.
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}, SchedulerName: handMadeScheduler},
 	}
 	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}

@@ -69,7 +69,17 @@ func runBinder(ctx context.Context, cs kubernetes.Interface, node string) {
 	}
 }
 
-// bind posts the Binding of the pod key to node, unless it is gone, bound or being deleted.
+// ours reports whether a scheduler would place pod now, as kube-scheduler decides: pods that
+// name the default scheduler (another scheduler's pods are left alone; the suites make pods
+// they run by hand that way) and carry no scheduling gate (a gate's owner removes it first;
+// its removal is an update, which enqueues the pod again).
+func ours(pod *corev1.Pod) bool {
+	return (pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) &&
+		len(pod.Spec.SchedulingGates) == 0
+}
+
+// bind posts the Binding of the pod key to node, unless it is gone, bound, being deleted,
+// gated or another scheduler's.
 func bind(ctx context.Context, cs kubernetes.Interface, lister corev1listers.PodLister, key cache.ObjectName, node string) error {
 	pod, err := lister.Pods(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -78,7 +88,7 @@ func bind(ctx context.Context, cs kubernetes.Interface, lister corev1listers.Pod
 	if err != nil {
 		return err
 	}
-	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || !ours(pod) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -70,6 +70,27 @@ var _ = Describe("a control plane with kwok", func() {
 		Expect(got.Status.HostIP).To(Equal(kwoktest.NodeIP))
 	})
 
+	It("leaves gated pods and other schedulers' pods unbound, and binds a pod once its gate is gone", func(ctx SpecContext) {
+		gated := newPod("gated")
+		gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/wait"}}
+		other := newPod("other")
+		other.Spec.SchedulerName = "hand-made"
+		Expect(k8sClient.Create(ctx, gated)).To(Succeed())
+		Expect(k8sClient.Create(ctx, other)).To(Succeed())
+		Consistently(func(g Gomega) {
+			for _, p := range []*corev1.Pod{gated, other} {
+				got := &corev1.Pod{}
+				g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+				g.Expect(got.Spec.NodeName).To(BeEmpty(), p.Name)
+			}
+		}).WithTimeout(time.Second).Should(Succeed())
+		got := &corev1.Pod{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(gated), got)).To(Succeed())
+		got.Spec.SchedulingGates = nil
+		Expect(k8sClient.Update(ctx, got)).To(Succeed())
+		awaitRunning(ctx, gated)
+	})
+
 	It("gives pod IPs this host can send from, so that a server sees the pod as the caller", func(ctx SpecContext) {
 		pod := awaitRunning(ctx, createPod(ctx, newPod("caller")))
 		remote := make(chan string, 1)
