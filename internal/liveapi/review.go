@@ -145,7 +145,7 @@ func reviewStatus(l leasing.Lease, err error) (livev1alpha1.LeaseAcquisitionRevi
 		return st, nil
 	case errors.As(err, &busy):
 		return livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewBusy, Resource: busy.Resource,
-			Busy:    &livev1alpha1.ReviewBusyLevel{Level: string(busy.Level), Scope: busy.Scope, Count: int64(busy.Count), Cap: int64(busy.Cap)},
+			Busy:    busyLevel(busy),
 			Message: busy.Error()}, nil
 	case errors.As(err, &ue):
 		return livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewError, Message: fmt.Sprintf(
@@ -173,4 +173,15 @@ func reviewError(r *livev1alpha1.LeaseAcquisitionReview, err error) error {
 			field.ErrorList{field.Invalid(field.NewPath("spec", inv.Field), value, inv.Detail)})
 	}
 	return storeError("reviewing the acquisition", err)
+}
+
+// busyLevel is a review's diagnosis of the full level, with the position and the estimate
+// when the dry run learnt them.
+func busyLevel(b *lease.BusyError) *livev1alpha1.ReviewBusyLevel {
+	out := &livev1alpha1.ReviewBusyLevel{Level: string(b.Level), Scope: b.Scope, Count: int64(b.Count), Cap: int64(b.Cap)}
+	if b.Explained {
+		pos := int64(b.Position)
+		out.Position, out.EstimatedWaitMs = &pos, b.EstimatedWait.Milliseconds()
+	}
+	return out
 }

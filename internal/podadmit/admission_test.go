@@ -153,7 +153,10 @@ var _ = Describe("Admission by lease", func() {
 		total := time.Since(start)
 		most, admitted := watch.Stop()
 		Expect(most).To(BeNumerically("<=", 3), "never more than three pods admitted and running")
-		Expect(admitted).To(Equal(names(pods)), "admitted oldest first")
+		// The first three find room and are admitted side by side; the others in line order.
+		Expect(admitted).To(HaveLen(len(pods)))
+		Expect(admitted[:3]).To(ConsistOf(names(pods[:3])), "the first three admitted first")
+		Expect(admitted[3:]).To(Equal(names(pods[3:])), "the others admitted oldest first")
 		Expect(slices.IsSorted(fences)).To(BeTrue(), "fences %v in admission order", fences)
 		for _, d := range handoffs {
 			Expect(d).To(BeNumerically("<", time.Second), "a completion frees a slot within a second: %v", handoffs)

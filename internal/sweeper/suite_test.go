@@ -226,7 +226,12 @@ func (f *fixture) createPod(ctx context.Context, name, ip string) lease.PodRef {
 	Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
 	ref := podwatch.RefOf(pod)
 	if f.watcher != nil {
-		Eventually(func() bool { return f.watcher.Alive(ref) }).Should(BeTrue())
+		// Running with its address, as the informer sees it (a pod not started yet is alive
+		// already, without one).
+		Eventually(func() bool {
+			_, ok := f.watcher.Endpoint(ref)
+			return ok
+		}).Should(BeTrue())
 	}
 	return ref
 }

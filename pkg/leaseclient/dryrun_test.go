@@ -39,7 +39,7 @@ func TestDryRun(t *testing.T) {
 		t.Fatalf("dry run of a full level = %v, want a *BusyError", err)
 	}
 	busy.Message = ""
-	if diff := cmp.Diff(&leaseclient.BusyError{Resource: "solo-res", Level: "project", Scope: "acme/p1", Count: 1, Cap: 1}, busy); diff != "" {
+	if diff := cmp.Diff(&leaseclient.BusyError{Resource: "solo-res", Level: "project", Scope: "acme/p1", Count: 1, Cap: 1, Explained: true}, busy); diff != "" {
 		t.Errorf("busy diagnosis (-want +got):\n%s", diff)
 	}
 	if elapsed := time.Since(start); elapsed > 2*time.Second {

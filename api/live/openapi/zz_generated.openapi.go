@@ -1130,6 +1130,20 @@ func schema_lease_operator_api_live_v1alpha1_ReviewBusyLevel(ref common.Referenc
 							Format:      "int64",
 						},
 					},
+					"position": {
+						SchemaProps: spec.SchemaProps{
+							Description: "position is the number of live waiters in the level's line, all of whom an acquisition now would wait behind; absent when the store did not tell it in time.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"estimatedWaitMs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "estimatedWaitMs estimates the wait from there, from the resource's recent hold times; absent without them. Never a promise.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 				},
 				Required: []string{"level", "scope", "count", "cap"},
 			},

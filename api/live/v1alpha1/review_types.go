@@ -107,4 +107,12 @@ type ReviewBusyLevel struct {
 	Count int64 `json:"count"`
 	// cap is the level's cap.
 	Cap int64 `json:"cap"`
+	// position is the number of live waiters in the level's line, all of whom an
+	// acquisition now would wait behind; absent when the store did not tell it in time.
+	// +optional
+	Position *int64 `json:"position,omitempty"`
+	// estimatedWaitMs estimates the wait from there, from the resource's recent hold times;
+	// absent without them. Never a promise.
+	// +optional
+	EstimatedWaitMs int64 `json:"estimatedWaitMs,omitempty"`
 }
