@@ -307,7 +307,9 @@ func (w *Watcher) Endpoint(pod lease.PodRef) (ip string, ok bool) {
 	if _, alive := Liveness(pod, lease.PodRef{}, obj, w.clock.Now()); !alive {
 		return "", false
 	}
-	return PodIP(obj), true
+	// A pod not started yet is alive, but has no endpoint.
+	ip = PodIP(obj)
+	return ip, ip != ""
 }
 
 // PodByIP identifies the pod that has ip (the source address of a caller of the manager's

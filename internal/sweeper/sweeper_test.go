@@ -397,6 +397,17 @@ var _ = Describe("Pod watch", func() {
 		Expect(ok).To(BeTrue())
 		Expect(ip).To(Equal("10.9.1.1"))
 
+		// A pod not started yet (Pending, no IP) is alive, but has no endpoint.
+		pending := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: "ip-pending"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+		}
+		Expect(k8sClient.Create(ctx, pending)).To(Succeed())
+		pendingRef := podwatch.RefOf(pending)
+		Eventually(func() bool { return f.watcher.Alive(pendingRef) }).Should(BeTrue())
+		_, ok = f.watcher.Endpoint(pendingRef)
+		Expect(ok).To(BeFalse())
+
 		// A finished pod keeps its IP in the object; the address goes to a new pod.
 		setPhase(ctx, a, corev1.PodSucceeded)
 		Eventually(func() bool { return f.watcher.Alive(a) }).Should(BeFalse())
