@@ -166,7 +166,7 @@ func runManager(args []string) error {
 	}
 	if f.podAdmission {
 		admitter := podadmit.NewAdmitter(mgr.GetClient(), svc, tenants, mgr.GetEventRecorder("lease-operator"),
-			podadmit.WithDefinitions(resolver), podadmit.WithLogger(ctrl.Log.WithName("podadmit")))
+			podadmit.WithDefinitions(resolver), podadmit.WithHolders(store), podadmit.WithLogger(ctrl.Log.WithName("podadmit")))
 		if err := admitter.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up pod admission: %w", err)
 		}

@@ -201,6 +201,30 @@ var _ = Describe("Admission by lease", func() {
 		Expect(condition(getPod(ctx, ns, p.Name))).To(HaveField("Reason", podadmit.ReasonGranted))
 	})
 
+	It("adopts a lease already granted for the pod (a manager that stopped before removing the gate)", func(ctx SpecContext) {
+		ns := tenantNamespace(ctx, "acme")
+		p := newPod(ns, "adopted", map[string]string{podadmit.AnnotationLease: "adopt"})
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		// Not defined yet: the pod waits, and no acquisition runs.
+		Eventually(func() *corev1.PodCondition { return condition(getPod(ctx, ns, p.Name)) }).Should(
+			HaveField("Reason", podadmit.ReasonDefinitionError))
+		// The earlier manager's grant: a holder of the lease bound to this pod.
+		h, err := store.Acquire(ctx, leasestore.AcquireRequest{LeaseName: "adopt", Resource: "adopt", Tenant: "acme", Project: podadmit.DefaultProject,
+			Type: podadmit.DefaultType, Caps: []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}},
+			Pod: lease.PodRef{Namespace: ns, Name: p.Name, UID: string(p.UID)}, PodBound: true, TTL: time.Hour})
+		Expect(err).NotTo(HaveOccurred())
+		defineLease(ctx, "adopt-system", "adopt", 1)
+		// With a cap of one, a second acquisition would wait for ever: adoption admits it.
+		Eventually(func() bool { return podadmit.Gated(getPod(ctx, ns, p.Name)) }).Should(BeFalse())
+		cur := getPod(ctx, ns, p.Name)
+		Expect(cur.Annotations).To(HaveKeyWithValue(podadmit.AnnotationHolder, h.ID))
+		Expect(cur.Annotations).To(HaveKeyWithValue(podadmit.AnnotationFence, strconv.FormatInt(h.Fence, 10)))
+		hs, err := store.ListHolders(ctx, leasestore.HolderFilter{Resource: "adopt"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(hs).To(HaveLen(1), "no second lease")
+		Expect(k8sClient.Delete(ctx, cur, client.GracePeriodSeconds(0))).To(Succeed())
+	})
+
 	It("leaves nothing behind when a waiting pod is deleted", func(ctx SpecContext) {
 		ns := tenantNamespace(ctx, "globex")
 		defineLease(ctx, "solo-system", "solo", 1)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 )
@@ -43,6 +44,15 @@ type Definitions interface {
 
 var _ Definitions = (*definition.Resolver)(nil)
 
+// Holders lists the leases held (*leasestore.Store): a pod whose lease was granted by a
+// manager that stopped before it removed the gate is admitted with that lease, not given a
+// second one.
+type Holders interface {
+	ListHolders(ctx context.Context, f leasestore.HolderFilter) ([]lease.Holder, error)
+}
+
+var _ Holders = (*leasestore.Store)(nil)
+
 // Admitter acquires the lease of every gated pod on its behalf and removes its gate once the
 // lease is granted. One acquisition runs per pod, from the pod's first reconcile until it
 // is granted or the pod is gone; pods enter the line in the order they are reconciled
@@ -51,6 +61,7 @@ type Admitter struct {
 	client   client.Client
 	acquirer Acquirer
 	defs     Definitions
+	holders  Holders
 	tenants  tenancy.Map
 	recorder events.EventRecorder
 	clock    clock.Clock
@@ -83,6 +94,10 @@ func WithClock(c clock.Clock) Option { return func(a *Admitter) { a.clock = c } 
 // WithDefinitions makes a pod that names a lease no definition defines wait, with the
 // reason, instead of being admitted as a NOOP.
 func WithDefinitions(d Definitions) Option { return func(a *Admitter) { a.defs = d } }
+
+// WithHolders makes the admitter adopt a lease already held for the pod (granted by a manager
+// that stopped before it removed the gate) instead of acquiring another.
+func WithHolders(h Holders) Option { return func(a *Admitter) { a.holders = h } }
 
 // WithLogger sets the logger.
 func WithLogger(l logr.Logger) Option { return func(a *Admitter) { a.log = l } }
@@ -229,6 +244,11 @@ func (a *Admitter) acquire(ctx context.Context, pod *corev1.Pod, placed func()) 
 	if err != nil {
 		return leasing.Lease{}, ReasonDefinitionError, err
 	}
+	if l, ok, err := a.held(ctx, pod); err != nil {
+		return leasing.Lease{}, ReasonStoreUnavailable, err
+	} else if ok {
+		return l, "", nil
+	}
 	if a.defs != nil && req.Lease != definition.NoneReference {
 		res, err := a.defs.Explain(ctx, req.Tenant, req.Project, req.Lease)
 		if err != nil {
@@ -251,6 +271,24 @@ func (a *Admitter) acquire(ctx context.Context, pod *corev1.Pod, placed func()) 
 	default:
 		return l, ReasonStoreUnavailable, err
 	}
+}
+
+// held finds a lease granted for pod earlier (its holder bound to this incarnation of the
+// pod, of the lease it asks for).
+func (a *Admitter) held(ctx context.Context, pod *corev1.Pod) (leasing.Lease, bool, error) {
+	if a.holders == nil {
+		return leasing.Lease{}, false, nil
+	}
+	hs, err := a.holders.ListHolders(ctx, leasestore.HolderFilter{Pod: pod.Namespace + "/" + pod.Name})
+	if err != nil {
+		return leasing.Lease{}, false, err
+	}
+	for _, h := range hs {
+		if h.Pod.UID == string(pod.UID) && h.State == lease.StateHeld && h.LeaseName == pod.Annotations[AnnotationLease] {
+			return leasing.Lease{Token: h.Token, Name: h.LeaseName, Resource: h.Resource, TTL: h.TTL, Fence: h.Fence}, true, nil
+		}
+	}
+	return leasing.Lease{}, false, nil
 }
 
 // granted removes the gate and records the grant on pod, in one write; a pod gone meanwhile

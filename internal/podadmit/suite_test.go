@@ -97,7 +97,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	Expect(podadmit.SetupWebhookWithManager(mgr)).To(Succeed())
 	Expect(podadmit.NewAdmitter(mgr.GetClient(), svc, tenants, mgr.GetEventRecorder("lease-operator"),
-		podadmit.WithRetry(300*time.Millisecond), podadmit.WithDefinitions(resolver)).SetupWithManager(mgr)).To(Succeed())
+		podadmit.WithRetry(300*time.Millisecond), podadmit.WithDefinitions(resolver), podadmit.WithHolders(store)).SetupWithManager(mgr)).To(Succeed())
 	stopMgr = testenv.RunManager(mgr)
 	Eventually(func() error { return mgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
 })
