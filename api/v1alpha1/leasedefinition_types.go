@@ -160,6 +160,24 @@ type LeaseDefinitionSpec struct {
 	// project layer.
 	// +optional
 	Fairness *Fairness `json:"fairness,omitempty"`
+
+	// maxPriority is the highest priority an acquisition of this lease may ask for; a request
+	// above it is refused (400). Waiters of a full level are served highest priority first,
+	// oldest first within a priority; priority never revokes a holder. Defaults to 0: only
+	// priority 0. Owned by the built-in and the system layer; ignored on a tenant or project
+	// layer, so that no tenant makes itself urgent (docs/waiting.md, "Priority").
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MaxPriority *int32 `json:"maxPriority,omitempty"`
+
+	// priorityAgeBoundSeconds is the age after which a waiter is served as of the highest
+	// priority (1000), so that a steady stream of urgent waiters cannot starve the others.
+	// 0 (the default) is off. Owned by the built-in and the system layer.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	PriorityAgeBoundSeconds *int32 `json:"priorityAgeBoundSeconds,omitempty"`
 }
 
 // EffectiveDefinition is the merged definition at an object's scope: what an acquisition in
@@ -188,6 +206,18 @@ type EffectiveDefinition struct {
 	// fairness is the merged order across processes of the waiters at a full level.
 	// +required
 	Fairness Fairness `json:"fairness,omitempty"`
+
+	// maxPriority is the merged highest priority a request may ask for.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MaxPriority int32 `json:"maxPriority,omitempty"`
+
+	// priorityAgeBoundSeconds is the merged age after which a waiter is served as of the
+	// highest priority; absent when off.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PriorityAgeBoundSeconds int32 `json:"priorityAgeBoundSeconds,omitempty"`
 
 	// noop is true when no level is capped: acquisitions succeed without touching the store.
 	// +optional

@@ -161,18 +161,22 @@ func Explain(ctx context.Context, builtins *definition.Builtins, source definiti
 
 // definitionJSON is the -o json answer of definition.
 type definitionJSON struct {
-	Name       string            `json:"name"`
-	Tenant     string            `json:"tenant"`
-	Project    string            `json:"project"`
-	Resource   string            `json:"resource"`
-	Levels     map[string]int    `json:"levels"`
-	TTLSeconds float64           `json:"ttlSeconds"`
-	WaitMs     int64             `json:"waitMs"`
-	Fairness   string            `json:"fairness"`
-	NoOp       bool              `json:"noop"`
-	Origin     map[string]string `json:"origin"`
-	Layers     []layerJSON       `json:"layers"`
-	Ignored    []ignoredJSON     `json:"ignored"`
+	Name       string         `json:"name"`
+	Tenant     string         `json:"tenant"`
+	Project    string         `json:"project"`
+	Resource   string         `json:"resource"`
+	Levels     map[string]int `json:"levels"`
+	TTLSeconds float64        `json:"ttlSeconds"`
+	WaitMs     int64          `json:"waitMs"`
+	Fairness   string         `json:"fairness"`
+	// MaxPriority and PriorityAgeBoundSeconds: docs/waiting.md, "Priority"; absent while
+	// no layer sets them (optionalField).
+	MaxPriority             int               `json:"maxPriority,omitempty"`
+	PriorityAgeBoundSeconds float64           `json:"priorityAgeBoundSeconds,omitempty"`
+	NoOp                    bool              `json:"noop"`
+	Origin                  map[string]string `json:"origin"`
+	Layers                  []layerJSON       `json:"layers"`
+	Ignored                 []ignoredJSON     `json:"ignored"`
 }
 
 type layerJSON struct {
@@ -193,6 +197,7 @@ func toDefinitionJSON(ex Explanation) definitionJSON {
 	out := definitionJSON{
 		Name: ex.Scope.Name, Tenant: ex.Scope.Tenant, Project: ex.Scope.Project,
 		Resource: d.Resource, TTLSeconds: d.TTL.Seconds(), WaitMs: d.Wait.Milliseconds(), Fairness: string(d.Fairness), NoOp: d.NoOp(),
+		MaxPriority: d.MaxPriority, PriorityAgeBoundSeconds: d.PriorityAgeBound.Seconds(),
 		Levels: map[string]int{}, Origin: map[string]string{}, Layers: []layerJSON{}, Ignored: []ignoredJSON{},
 	}
 	for _, lv := range []struct {
@@ -207,7 +212,7 @@ func toDefinitionJSON(ex Explanation) definitionJSON {
 	for _, f := range definition.AllFields() {
 		if src, ok := ex.Result.Origin[f]; ok {
 			out.Origin[string(f)] = string(kinds[src]) + ": " + src
-		} else {
+		} else if !optionalField[f] {
 			out.Origin[string(f)] = "default"
 		}
 	}
@@ -223,6 +228,10 @@ func toDefinitionJSON(ex Explanation) definitionJSON {
 	}
 	return out
 }
+
+// optionalField marks the fields the explanation shows only when a layer sets them: the
+// priorities (docs/waiting.md, "Priority"), which most definitions never use.
+var optionalField = map[definition.Field]bool{definition.FieldMaxPriority: true, definition.FieldPriorityAge: true}
 
 func kindsBySource(layers []definition.Layer) map[string]definition.Kind {
 	m := make(map[string]definition.Kind, len(layers))
@@ -274,6 +283,12 @@ func RenderExplanation(w io.Writer, ex Explanation) error {
 	t.row(string(definition.FieldTTLSeconds), strconv.FormatFloat(d.TTL.Seconds(), 'f', -1, 64), from(definition.FieldTTLSeconds, "default"))
 	t.row(string(definition.FieldWaitMs), strconv.FormatInt(d.Wait.Milliseconds(), 10), from(definition.FieldWaitMs, "default"))
 	t.row(string(definition.FieldFairness), string(d.Fairness), from(definition.FieldFairness, "default"))
+	if _, ok := ex.Result.Origin[definition.FieldMaxPriority]; ok {
+		t.row(string(definition.FieldMaxPriority), strconv.Itoa(d.MaxPriority), from(definition.FieldMaxPriority, "default"))
+	}
+	if _, ok := ex.Result.Origin[definition.FieldPriorityAge]; ok {
+		t.row(string(definition.FieldPriorityAge), strconv.FormatFloat(d.PriorityAgeBound.Seconds(), 'f', -1, 64), from(definition.FieldPriorityAge, "default"))
+	}
 	if err := t.flush(); err != nil {
 		return err
 	}

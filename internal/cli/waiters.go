@@ -28,6 +28,8 @@ type waiterJSON struct {
 	Level     string `json:"level"`
 	Scope     string `json:"scope"`
 	Cap       int    `json:"cap,omitempty"`
+	// Priority is its priority (docs/waiting.md, "Priority"); absent is 0.
+	Priority int `json:"priority,omitempty"`
 	// Position is the number of live waiters ahead in the line, of every tenant.
 	Position int `json:"position"`
 	// EstimatedWaitMs is absent without an estimate.
@@ -45,12 +47,14 @@ func newWaitersCommand(o *options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "waiters",
 		Short: "List the acquisitions waiting for a slot, with their place in line",
-		Long: `List the acquisitions waiting in the line of a full level, oldest first, from the live API
+		Long: `List the acquisitions waiting in the line of a full level, highest priority first and oldest
+first within a priority, from the live API
 (leasewaiters): those of -n NAMESPACE, or of every namespace RBAC lets you list (a waiter
 appears in its tenant's namespaces). --force reads MongoDB directly instead.
 
-LEVEL and SCOPE are the full level it waits at. POSITION is the number of live waiters ahead
-of it in that line, of every tenant (others are counted, never named). EST-WAIT estimates the
+LEVEL and SCOPE are the full level it waits at. PRIORITY is its priority (docs/waiting.md,
+"Priority"). POSITION is the number of live waiters ahead of it in that line, of every tenant
+(others are counted, never named): those of a higher priority, then the older ones of its own. EST-WAIT estimates the
 wait from the resource's recent hold times (docs/waiting.md, "Who waits"); <unknown> before
 the resource has handed a slot over. It is an estimate, not a promise. WAITING is the time
 since it lined up; LAPSED marks a place its process stopped renewing.`,
@@ -103,14 +107,14 @@ func toWaiterJSON(w lease.Waiter) waiterJSON {
 	return waiterJSON{
 		ID: w.Holder.ID, Resource: w.Holder.Resource, Lease: w.Holder.LeaseName, Tenant: w.Holder.Tenant,
 		Project: w.Holder.Project, User: w.Holder.User, Pod: w.Holder.Pod.String(), HolderRef: w.Holder.HolderRef,
-		Level: string(w.Level), Scope: w.Scope, Cap: w.Cap, Position: w.Position,
+		Level: string(w.Level), Scope: w.Scope, Cap: w.Cap, Priority: w.Priority, Position: w.Position,
 		EstimatedWaitMs: w.EstimatedWait.Milliseconds(), Since: w.Since.UTC(), Lapsed: w.Lapsed,
 	}
 }
 
 // renderWaiters writes the waiter table; now is the server's time.
 func renderWaiters(w io.Writer, now time.Time, ws []lease.Waiter) error {
-	t := newTable(w, "ID", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "LEVEL", "SCOPE", "POSITION", "EST-WAIT", "WAITING")
+	t := newTable(w, "ID", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "LEVEL", "SCOPE", "PRIORITY", "POSITION", "EST-WAIT", "WAITING")
 	for _, x := range ws {
 		est := "<unknown>"
 		if x.EstimatedWait > 0 {
@@ -121,7 +125,7 @@ func renderWaiters(w io.Writer, now time.Time, ws []lease.Waiter) error {
 			waiting += " (lapsed)"
 		}
 		t.row(x.Holder.ID, x.Holder.Resource, x.Holder.Tenant, x.Holder.Project, orDash(x.Holder.User), orDash(x.Holder.Pod.String()),
-			string(x.Level), x.Scope, strconv.Itoa(x.Position), est, waiting)
+			string(x.Level), x.Scope, strconv.Itoa(x.Priority), strconv.Itoa(x.Position), est, waiting)
 	}
 	return t.flush()
 }
@@ -162,7 +166,7 @@ func (c *liveClient) listWaiters(ctx context.Context, f leasestore.HolderFilter)
 				Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
 				Pod: lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID}},
 			Key: o.Status.Key, Level: lease.Level(o.Status.Level), Scope: o.Status.Scope, Cap: int(o.Status.Cap),
-			Since: o.Status.Since.Time, Position: int(o.Status.Position), Lapsed: o.Status.Lapsed,
+			Since: o.Status.Since.Time, Priority: int(o.Status.Priority), Position: int(o.Status.Position), Lapsed: o.Status.Lapsed,
 			EstimatedWait: time.Duration(o.Status.EstimatedWaitMs) * time.Millisecond,
 		})
 	}

@@ -100,6 +100,9 @@ func effective(d definition.Definition) *leasev1alpha1.EffectiveDefinition {
 		WaitMs:     ptr.To(int32(d.Wait / time.Millisecond)),
 		Fairness:   leasev1alpha1.Fairness(d.Fairness),
 		NoOp:       d.NoOp(),
+
+		MaxPriority:             int32(d.MaxPriority),
+		PriorityAgeBoundSeconds: int32(d.PriorityAgeBound / time.Second),
 	}
 	if !d.NoOp() {
 		e.Levels = &leasev1alpha1.LeaseLevels{

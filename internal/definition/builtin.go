@@ -25,6 +25,9 @@ type document struct {
 	TTLSeconds *int32    `json:"ttlSeconds,omitempty"`
 	WaitMs     *int32    `json:"waitMs,omitempty"`
 	Fairness   *Fairness `json:"fairness,omitempty"`
+	// MaxPriority and PriorityAgeBoundSeconds: docs/waiting.md, "Priority".
+	MaxPriority             *int32 `json:"maxPriority,omitempty"`
+	PriorityAgeBoundSeconds *int32 `json:"priorityAgeBoundSeconds,omitempty"`
 }
 
 // ParseDocument parses a built-in document named <name>.yaml strictly: unknown or duplicate
@@ -46,7 +49,8 @@ func ParseDocument(fileName string, data []byte, source string) (Layer, error) {
 		return Layer{}, &lease.InvalidError{Field: "name", Detail: fmt.Sprintf("%q must match the file name %q", doc.Name, fileName)}
 	}
 	l := Layer{Kind: KindBuiltin, Source: source, Name: doc.Name, Resource: doc.Resource,
-		TTLSeconds: doc.TTLSeconds, WaitMs: doc.WaitMs, Fairness: doc.Fairness}
+		TTLSeconds: doc.TTLSeconds, WaitMs: doc.WaitMs, Fairness: doc.Fairness,
+		MaxPriority: doc.MaxPriority, PriorityAgeBoundSeconds: doc.PriorityAgeBoundSeconds}
 	if doc.Levels != nil {
 		l.Levels = *doc.Levels
 	}

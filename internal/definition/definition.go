@@ -60,6 +60,13 @@ type Definition struct {
 	Inline bool
 	// Fairness is the order across processes in which waiters get freed slots.
 	Fairness Fairness
+	// MaxPriority is the highest priority an acquisition may ask for; 0 allows only 0
+	// (docs/waiting.md, "Priority").
+	MaxPriority int
+	// PriorityAgeBound, when positive, serves a waiter that has waited that long as of the
+	// highest priority (MaxPriority of the package), so that a steady stream of urgent
+	// waiters cannot starve it; 0 is off.
+	PriorityAgeBound time.Duration
 }
 
 // NoOp reports whether the definition caps no level: acquisitions succeed without any store

@@ -37,26 +37,30 @@ const (
 	FieldTTLSeconds    Field = "ttlSeconds"
 	FieldWaitMs        Field = "waitMs"
 	FieldFairness      Field = "fairness"
+	FieldMaxPriority   Field = "maxPriority"
+	FieldPriorityAge   Field = "priorityAgeBoundSeconds"
 )
 
 // AllFields returns the mergeable fields in document order.
 func AllFields() []Field {
 	return []Field{FieldResource, FieldLevelsGlobal, FieldLevelsTenant, FieldLevelsProject,
-		FieldLevelsUser, FieldTTLSeconds, FieldWaitMs, FieldFairness}
+		FieldLevelsUser, FieldTTLSeconds, FieldWaitMs, FieldFairness, FieldMaxPriority, FieldPriorityAge}
 }
 
 // Owns reports whether a layer of the kind may set the field: the field-ownership table of
 // docs/design.md, "Four layers, merged per field".
 //
-//	levels.global, fairness                     builtin, system
+//	levels.global, fairness, maxPriority,       builtin, system
+//	priorityAgeBoundSeconds
 //	resource, levels.tenant                     builtin, system, tenant
 //	levels.project, levels.user, ttlSeconds,    all four
 //	waitMs
 func Owns(kind Kind, field Field) bool {
 	switch field {
-	case FieldLevelsGlobal, FieldFairness:
-		// fairness orders the waiters of every tenant on a shared resource: like the global
-		// ceiling it is the operator's (docs/waiting.md, "Fairness policies").
+	case FieldLevelsGlobal, FieldFairness, FieldMaxPriority, FieldPriorityAge:
+		// fairness and the priorities order the waiters of every tenant on a shared
+		// resource: like the global ceiling they are the operator's, so that no tenant makes
+		// itself urgent (docs/waiting.md, "Priority").
 		return kind == KindBuiltin || kind == KindSystem
 	case FieldResource, FieldLevelsTenant:
 		return kind == KindBuiltin || kind == KindSystem || kind == KindTenant
@@ -92,6 +96,10 @@ type Layer struct {
 	TTLSeconds *int32
 	WaitMs     *int32
 	Fairness   *Fairness
+	// MaxPriority bounds the priority an acquisition may ask for; PriorityAgeBoundSeconds
+	// serves a waiter older than that as of the highest priority (docs/waiting.md, "Priority").
+	MaxPriority             *int32
+	PriorityAgeBoundSeconds *int32
 }
 
 // SetFields returns the fields the document sets, in document order.
@@ -123,6 +131,10 @@ func (l Layer) has(f Field) bool {
 		return l.WaitMs != nil
 	case FieldFairness:
 		return l.Fairness != nil
+	case FieldMaxPriority:
+		return l.MaxPriority != nil
+	case FieldPriorityAge:
+		return l.PriorityAgeBoundSeconds != nil
 	default:
 		return false
 	}

@@ -66,7 +66,7 @@ func Merge(s Stack) (Result, error) {
 
 	res := Result{Origin: map[Field]string{}}
 	var resource *string
-	var global, tenant, project, user, ttl, wait *int32
+	var global, tenant, project, user, ttl, wait, maxPriority, ageBound *int32
 	var fairness *Fairness
 	for _, l := range layers {
 		if ign := IgnoredFields(l); len(ign) > 0 {
@@ -88,6 +88,8 @@ func Merge(s Stack) (Result, error) {
 		take(FieldLevelsUser, &user, l.Levels.User)
 		take(FieldTTLSeconds, &ttl, l.TTLSeconds)
 		take(FieldWaitMs, &wait, l.WaitMs)
+		take(FieldMaxPriority, &maxPriority, l.MaxPriority)
+		take(FieldPriorityAge, &ageBound, l.PriorityAgeBoundSeconds)
 		if l.Fairness != nil && Owns(l.Kind, FieldFairness) {
 			fairness = l.Fairness
 			res.Origin[FieldFairness] = l.Source
@@ -107,6 +109,10 @@ func Merge(s Stack) (Result, error) {
 	}
 	if wait != nil {
 		d.Wait = time.Duration(*wait) * time.Millisecond
+	}
+	d.MaxPriority = deref(maxPriority)
+	if ageBound != nil {
+		d.PriorityAgeBound = time.Duration(*ageBound) * time.Second
 	}
 	res.Definition = d
 	return res, nil

@@ -61,6 +61,25 @@ func TestMerge(t *testing.T) {
 				Ignored: []Ignored{{Source: "ten", Kind: KindTenant, Fields: []Field{FieldLevelsGlobal}}},
 			},
 		},
+		"only the system layer sets the priorities": {
+			stack: Stack{Scope: scope, Builtin: builtin,
+				System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex", Tenant: SystemTenant, Project: TenantProject,
+					MaxPriority: ptr[int32](5), PriorityAgeBoundSeconds: ptr[int32](30)},
+				Tenant: &Layer{Kind: KindTenant, Source: "ten", Name: "tex", Tenant: "acme", Project: TenantProject,
+					MaxPriority: ptr[int32](1000), PriorityAgeBoundSeconds: ptr[int32](0)},
+				Project: &Layer{Kind: KindProject, Source: "prj", Name: "tex", Tenant: "acme", Project: "web",
+					MaxPriority: ptr[int32](900)}},
+			want: Result{
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6, Tenant: 3, Project: 1}, TTL: DefaultTTL, Wait: DefaultWait,
+					Fairness: FairProcess, MaxPriority: 5, PriorityAgeBound: 30 * time.Second},
+				Origin: map[Field]string{FieldLevelsGlobal: "built-in tex.yaml", FieldLevelsTenant: "built-in tex.yaml",
+					FieldLevelsProject: "built-in tex.yaml", FieldMaxPriority: "sys", FieldPriorityAge: "sys"},
+				Ignored: []Ignored{
+					{Source: "ten", Kind: KindTenant, Fields: []Field{FieldMaxPriority, FieldPriorityAge}},
+					{Source: "prj", Kind: KindProject, Fields: []Field{FieldMaxPriority}},
+				},
+			},
+		},
 		"project owns only project, user, ttl and wait": {
 			stack: Stack{Scope: scope, Builtin: builtin, System: system, Tenant: tenant, Project: project},
 			want: Result{
@@ -132,6 +151,11 @@ func TestMerge(t *testing.T) {
 				Tenant: SystemTenant, Project: TenantProject, TTLSeconds: ptr[int32](0), WaitMs: ptr[int32](-5)}},
 			wantErr: "ttlSeconds: must be between 1 and 86400, got 0\nwaitMs: must be between 0 and 600000, got -5",
 		},
+		"priorities out of range": {
+			stack: Stack{Scope: scope, System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex",
+				Tenant: SystemTenant, Project: TenantProject, MaxPriority: ptr[int32](1001), PriorityAgeBoundSeconds: ptr[int32](-1)}},
+			wantErr: "maxPriority: must be between 0 and 1000, got 1001\npriorityAgeBoundSeconds: must be between 0 and 86400, got -1",
+		},
 		"invalid resource": {
 			stack: Stack{Scope: scope, System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex",
 				Tenant: SystemTenant, Project: TenantProject, Resource: ptr("a|b")}},
@@ -181,6 +205,8 @@ func TestOwns(t *testing.T) {
 	want := map[Field][]Kind{
 		FieldLevelsGlobal:  {KindBuiltin, KindSystem},
 		FieldFairness:      {KindBuiltin, KindSystem},
+		FieldMaxPriority:   {KindBuiltin, KindSystem},
+		FieldPriorityAge:   {KindBuiltin, KindSystem},
 		FieldResource:      {KindBuiltin, KindSystem, KindTenant},
 		FieldLevelsTenant:  {KindBuiltin, KindSystem, KindTenant},
 		FieldLevelsProject: {KindBuiltin, KindSystem, KindTenant, KindProject},

@@ -14,6 +14,11 @@ const (
 	MaxTTLSeconds = 86400
 	// MaxWaitMs is the largest waitMs (ten minutes).
 	MaxWaitMs = 600000
+	// MaxPriority is the largest maxPriority, and so the highest priority a request may ask
+	// for (docs/waiting.md, "Priority").
+	MaxPriority = 1000
+	// MaxPriorityAgeBoundSeconds is the largest priorityAgeBoundSeconds (one day).
+	MaxPriorityAgeBoundSeconds = 86400
 )
 
 var (
@@ -92,6 +97,12 @@ func ValidateLayer(l Layer) error {
 	}
 	if l.WaitMs != nil && (*l.WaitMs < 0 || *l.WaitMs > MaxWaitMs) {
 		add(string(FieldWaitMs), "must be between 0 and %d, got %d", MaxWaitMs, *l.WaitMs)
+	}
+	if l.MaxPriority != nil && (*l.MaxPriority < 0 || *l.MaxPriority > MaxPriority) {
+		add(string(FieldMaxPriority), "must be between 0 and %d, got %d", MaxPriority, *l.MaxPriority)
+	}
+	if l.PriorityAgeBoundSeconds != nil && (*l.PriorityAgeBoundSeconds < 0 || *l.PriorityAgeBoundSeconds > MaxPriorityAgeBoundSeconds) {
+		add(string(FieldPriorityAge), "must be between 0 and %d, got %d", MaxPriorityAgeBoundSeconds, *l.PriorityAgeBoundSeconds)
 	}
 	if l.Fairness != nil && !l.Fairness.Valid() {
 		add(string(FieldFairness), "must be %s or %s, got %q", FairProcess, FairGlobal, *l.Fairness)

@@ -142,6 +142,9 @@ type Definition struct {
 	WaitMs   int64  `json:"waitMs"`
 	Inline   bool   `json:"inline,omitempty"`
 	Fairness string `json:"fairness,omitempty"`
+	// MaxPriority and PriorityAgeMs: docs/waiting.md, "Priority".
+	MaxPriority   int   `json:"maxPriority,omitempty"`
+	PriorityAgeMs int64 `json:"priorityAgeMs,omitempty"`
 }
 
 // WireDefinition is d on the wire.
@@ -150,6 +153,7 @@ func WireDefinition(d definition.Definition) *Definition {
 		Name: d.Name, Resource: d.Resource,
 		Global: d.Caps.Global, Tenant: d.Caps.Tenant, Project: d.Caps.Project, User: d.Caps.User,
 		TTLMs: d.TTL.Milliseconds(), WaitMs: d.Wait.Milliseconds(), Inline: d.Inline, Fairness: string(d.Fairness),
+		MaxPriority: d.MaxPriority, PriorityAgeMs: d.PriorityAgeBound.Milliseconds(),
 	}
 }
 
@@ -160,6 +164,7 @@ func (w Definition) Definition() definition.Definition {
 		Caps: definition.Caps{Global: w.Global, Tenant: w.Tenant, Project: w.Project, User: w.User},
 		TTL:  time.Duration(w.TTLMs) * time.Millisecond, Wait: time.Duration(w.WaitMs) * time.Millisecond,
 		Inline: w.Inline, Fairness: definition.Fairness(w.Fairness),
+		MaxPriority: w.MaxPriority, PriorityAgeBound: time.Duration(w.PriorityAgeMs) * time.Millisecond,
 	}
 }
 

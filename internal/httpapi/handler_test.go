@@ -133,6 +133,26 @@ func TestBusyAnswer(t *testing.T) {
 	}
 }
 
+// A priority above what the definition allows is refused, naming the maximum, before
+// anything is written; up to it the acquisition goes through.
+func TestPriorityAboveTheMaximum(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", project: 1, ttlSeconds: 60, waitMs: 0, maxPriority: 3}}, envOpts{})
+	body := func(p int) string {
+		return strings.Replace(texBody, `"lease"`, fmt.Sprintf(`"priority":%d,"lease"`, p), 1)
+	}
+	status, out := e.do(t, http.MethodPost, "/v1/leases", body(4))
+	if status != http.StatusBadRequest || out["error"] != httpjson.CodeInvalid || out["field"] != "priority" {
+		t.Fatalf("priority 4 = %d %v, want 400 INVALID_REQUEST naming priority", status, out)
+	}
+	if msg, _ := out["message"].(string); !strings.Contains(msg, "maximum 3") {
+		t.Errorf("message %q does not name the maximum 3", msg)
+	}
+	if n := e.cmds.get(); n != 0 {
+		t.Errorf("the refused acquisition sent %d store commands, want none", n)
+	}
+	e.acquire(t, body(3))
+}
+
 func TestMaxWaitCapsTheWait(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", project: 1, ttlSeconds: 60, waitMs: 10000}},
 		envOpts{httpOpts: []httpapi.Option{httpapi.WithMaxWait(300 * time.Millisecond)}})
@@ -237,6 +257,8 @@ func badAcquireBodies() map[string]struct{ body, field string } {
 		"body too large":       {`{` + texFields + `,"payload":{` + payloadEntries(40, 2100) + `}}`, "body"},
 		"negative waitMs":      {`{` + texFields + `,"waitMs":-1}`, "waitMs"},
 		"huge waitMs":          {`{` + texFields + `,"waitMs":9223372036854775807}`, "waitMs"},
+		"negative priority":    {`{` + texFields + `,"priority":-1}`, "priority"},
+		"priority above max":   {`{` + texFields + `,"priority":1}`, "priority"},
 	}
 }
 

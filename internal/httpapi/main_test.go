@@ -46,6 +46,7 @@ type leaseDef struct {
 	name, resource        string
 	user, project, global int32
 	ttlSeconds, waitMs    int32
+	maxPriority           int32
 }
 
 // memSource is an in-memory definition.LayerSource holding system-layer documents.
@@ -65,7 +66,7 @@ func newMemSource(defs ...leaseDef) *memSource {
 		l := definition.Layer{Kind: definition.KindSystem, Source: "test " + d.name, Name: d.name,
 			Tenant: definition.SystemTenant, Project: definition.TenantProject,
 			Levels:     definition.Levels{Global: set(d.global), Project: set(d.project), User: set(d.user)},
-			TTLSeconds: set(d.ttlSeconds), WaitMs: &d.waitMs}
+			TTLSeconds: set(d.ttlSeconds), WaitMs: &d.waitMs, MaxPriority: set(d.maxPriority)}
 		if d.resource != "" {
 			l.Resource = &d.resource
 		}

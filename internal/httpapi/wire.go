@@ -30,13 +30,15 @@ type acquireBody struct {
 	PodBound  bool                   `json:"podBound,omitempty"`
 	Payload   map[string]string      `json:"payload,omitempty"`
 	WaitMs    *int64                 `json:"waitMs,omitempty"`
+	// Priority: docs/waiting.md, "Priority"; the lease's maxPriority bounds it (leasing).
+	Priority int `json:"priority,omitempty"`
 }
 
 func (b acquireBody) request() (leasing.Request, error) {
 	req := leasing.Request{
 		Type: b.Type, Lease: b.Lease, Inline: b.Inline,
 		Tenant: b.Tenant, Project: b.Project, User: b.User,
-		HolderRef: b.HolderRef, PodBound: b.PodBound, Payload: b.Payload,
+		HolderRef: b.HolderRef, PodBound: b.PodBound, Payload: b.Payload, Priority: b.Priority,
 	}
 	if b.WaitMs != nil {
 		if *b.WaitMs < 0 || *b.WaitMs > leasing.MaxWait.Milliseconds() {

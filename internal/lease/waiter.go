@@ -17,6 +17,9 @@ type Waiter struct {
 	Cap   int
 	// Since is when it first lined up (its place; kept from level to level).
 	Since time.Time
+	// Priority is its priority (raised to the highest past its definition's age bound);
+	// waiters of a higher priority stand ahead of it (docs/waiting.md, "Priority").
+	Priority int
 	// Position is the number of live waiters ahead of it in the line.
 	Position int
 	// Lapsed: its process stopped renewing its place; hand-overs pass it over until it

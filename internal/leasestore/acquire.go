@@ -109,11 +109,12 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 		TTLSeconds: req.TTL.Seconds(),
 		Levels:     []string{},
 		IncKey:     levels[0].key,
+		Priority:   req.Priority,
 	}
 	if doc.Payload == nil {
 		doc.Payload = map[string]string{}
 	}
-	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL}
+	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority}
 	// While the first level has a line, a newcomer that may wait joins it at once: its
 	// increment would be refused (the count stays at the cap while anyone waits), and the
 	// write that queues it would follow.
@@ -143,7 +144,13 @@ type funnelRun struct {
 	doc     holderDoc
 	levels  []funnelLevel
 	waitTTL time.Duration
+	// priority is the request's (raised past the age bound by the waiting process).
+	priority int
 }
+
+// prio is the holder's priority in a line: the request's, or the one its document carries
+// if higher (a raise written by an earlier renewal).
+func (b *funnelRun) prio() int { return max(b.priority, b.doc.Priority) }
 
 // from books levels i, i+1, ... and marks the holder HELD with the last one. A full level
 // queues the holder (WaitTTL) or rolls it back; a store error rolls it back.
@@ -249,6 +256,9 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 	if doc.WaitKey != "" { // created in a line (Acquire's queue)
 		set = append(set, bson.E{Key: "waitKey", Value: doc.WaitKey}, bson.E{Key: "waitCap", Value: doc.WaitCap}, bson.E{Key: "waitExp", Value: doc.WaitExp},
 			bson.E{Key: "origin", Value: doc.Origin}, bson.E{Key: "grantState", Value: doc.GrantState})
+		if doc.Priority > 0 { // absent is 0 (lineOrder)
+			set = append(set, bson.E{Key: "priority", Value: doc.Priority})
+		}
 		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
 	}
 	update := bson.D{

@@ -29,6 +29,17 @@ func newStore(t testing.TB, opts ...leasestore.Option) *leasestore.Store {
 	return newStoreAt(t, uri, mongotest.DatabaseName(t), opts...)
 }
 
+// newDatabase is the test server's URI and a fresh database name, for tests that open
+// several stores (processes) on one database.
+func newDatabase(t testing.TB) (uri, db string) {
+	t.Helper()
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatalf("test MongoDB: %v", err)
+	}
+	return uri, mongotest.DatabaseName(t)
+}
+
 func newStoreAt(t testing.TB, uri, db string, opts ...leasestore.Option) *leasestore.Store {
 	t.Helper()
 	return storetest.Open(t, uri, db, opts...)

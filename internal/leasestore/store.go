@@ -272,12 +272,15 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: "pod.namespace", Value: 1}, {Key: "pod.name", Value: 1}}},
 		{Keys: bson.D{{Key: "tenant", Value: 1}}},
 		{Keys: bson.D{{Key: "pid", Value: 1}}},
-		// The line of a full level: its oldest live waiter first (giveBack).
-		{Keys: bson.D{{Key: "waitKey", Value: 1}, {Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}},
+		// The line of a full level: its highest, then oldest, live waiter first (giveBack).
+		{Keys: lineOrderIndex},
 		{Keys: bson.D{{Key: "levels", Value: 1}}},
 	}
 	if _, err := s.holders.Indexes().CreateMany(ctx, holderIdx); err != nil {
 		return unavailable("creating holder indexes", err)
+	}
+	if err := s.holders.Indexes().DropOne(ctx, oldLineIndex); err != nil && !indexNotFound(err) {
+		return unavailable("dropping the line index before priorities", err)
 	}
 	if err := s.backfillHolderIDs(ctx); err != nil {
 		return err
@@ -290,6 +293,18 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		return unavailable("creating counter indexes", err)
 	}
 	return nil
+}
+
+// lineOrderIndex serves the hand-over's sort (lineOrder) within one waitKey; oldLineIndex is
+// the index of the line before priorities, which it replaces.
+var lineOrderIndex = bson.D{{Key: "waitKey", Value: 1}, {Key: "priority", Value: -1}, {Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}
+
+const oldLineIndex = "waitKey_1_queuedAt_1__id_1"
+
+// indexNotFound reports the server's answer to dropping an index that is not there.
+func indexNotFound(err error) bool {
+	var ce mongo.CommandError
+	return errors.As(err, &ce) && (ce.Code == 27 || ce.Name == "IndexNotFound")
 }
 
 // bound gives ctx the store's operation timeout unless it already has an earlier deadline.
@@ -332,6 +347,9 @@ type counterDoc struct {
 	Rev int64 `bson:"rev,omitempty"`
 	// Lined: waiters line up at this counter (wait.go); a hint, not a record.
 	Lined bool `bson:"lined,omitempty"`
+	// LinedPrio: the highest priority a waiter had when it last tried this counter, cleared
+	// with Lined; a hint that room at the counter is owed to a higher waiter (claim).
+	LinedPrio int `bson:"linedPrio,omitempty"`
 }
 
 // podDoc is the pod of a holder document.
@@ -373,6 +391,9 @@ type holderDoc struct {
 	QueuedAt time.Time `bson:"queuedAt,omitempty"`
 	WaitExp  time.Time `bson:"waitExp,omitempty"`
 	Origin   string    `bson:"origin,omitempty"`
+	// Priority: the waiter's place among the priorities of its line, highest first (absent
+	// is 0: a line without priorities is ordered exactly as before them).
+	Priority int `bson:"priority,omitempty"`
 	// GrantState: the state a waiter gets when a slot is handed to it, HELD when it waits at
 	// its last level (the hand-over completes its acquisition), else PENDING.
 	GrantState string `bson:"grantState,omitempty"`

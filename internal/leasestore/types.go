@@ -31,6 +31,10 @@ type AcquireRequest struct {
 	// than roll back, and Acquire answers a *WaitingError. The entry lapses WaitTTL after it
 	// was last renewed (Resume); a lapsed entry is passed over.
 	WaitTTL time.Duration
+	// Priority orders the holder in a line: highest first, oldest first within a priority
+	// (docs/waiting.md, "Priority"). 0 is the default and is not written. A waiter's Resume
+	// writes the priority it is given, so a waiter past its definition's age bound is raised.
+	Priority int
 }
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.

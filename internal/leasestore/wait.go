@@ -69,6 +69,9 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 		{Key: "origin", Value: s.origin},
 		{Key: "grantState", Value: string(b.grantState(l.key))},
 	}
+	if p := b.prio(); p > 0 { // absent is 0: a line without priorities is written as before
+		set = append(set, bson.E{Key: "priority", Value: p})
+	}
 	dates := bson.D{{Key: "lastSeenAt", Value: true}}
 	if b.doc.QueuedAt.IsZero() { // a place is kept from level to level
 		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
@@ -144,9 +147,12 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 	// A counter that is gone (reconcile deletes an unused one) is created again: a waiter
 	// that queued without an increment of its own (queue) must still find room.
 	var c counterDoc
+	mark := bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}}
+	if p := b.prio(); p > 0 {
+		mark = append(mark, bson.E{Key: "$max", Value: bson.D{{Key: "linedPrio", Value: p}}})
+	}
 	for attempt := 0; ; attempt++ {
-		err = s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}},
+		err = s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}}, mark,
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&c)
 		if !errors.Is(err, mongo.ErrNoDocuments) || attempt > 0 {
 			break
@@ -189,6 +195,13 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 	if err := s.fault(StepClaimIncremented, l.key); err != nil {
 		return false, -1, unavailable("claiming "+l.key, err)
 	}
+	if c.LinedPrio > b.prio() {
+		// A waiter of higher priority tried this level lately: the room is its, and goes
+		// to it by a hand-over, as a freed slot would.
+		if passed, err := b.passUp(ctx, l); passed || err != nil {
+			return false, l.Cap, err
+		}
+	}
 	i := b.index(l.key)
 	state, fence := lease.StatePending, int64(0)
 	if i == len(b.levels)-1 {
@@ -212,6 +225,27 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 	b.doc.State, b.doc.WaitKey, b.doc.GrantState, b.doc.Fence = string(state), "", "", fence
 	b.doc.Levels = append(b.doc.Levels, l.key)
 	return true, c.Count + 1, nil
+}
+
+// passUp hands the slot a claim has just incremented (the holder names it in IncKey) to the
+// first live waiter of l's line of a priority above the holder's, and then drops the
+// holder's IncKey. passed is false when no such waiter stands (the hint was stale): the
+// claim goes on and books the slot itself.
+func (b *funnelRun) passUp(ctx context.Context, l funnelLevel) (passed bool, err error) {
+	s := b.store
+	rest, err := s.handOverOf(ctx, b.doc.Resource, []string{l.key}, holdSample{},
+		bson.E{Key: "priority", Value: bson.D{{Key: "$gt", Value: b.prio()}}})
+	switch {
+	case err != nil:
+		return false, err // IncKey stays: Heal counts the slot as maybe taken
+	case len(rest) > 0:
+		return false, nil
+	}
+	if _, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "incKey", Value: l.key}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}}); err != nil {
+		return true, unavailable("claiming "+l.key, err) // IncKey stays: Heal counts it
+	}
+	return true, nil
 }
 
 // undoClaim follows a claim whose increment of key applied but whose holder had left the
@@ -283,7 +317,11 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 	}
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL}
+	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority}
+	renew := bson.D{{Key: "waitExp", Value: time.Now().Add(req.WaitTTL)}}
+	if req.Priority > 0 { // raised past the age bound, or as it was: its place in the line
+		renew = append(renew, bson.E{Key: "priority", Value: req.Priority})
+	}
 	if granted != "" {
 		if i := b.index(granted); i >= 0 {
 			if i == len(levels)-1 {
@@ -298,7 +336,7 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 		}
 	}
 	err = s.holders.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: req.Token}, notReleased},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "waitExp", Value: time.Now().Add(req.WaitTTL)}}},
+		bson.D{{Key: "$set", Value: renew},
 			{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
 	switch {
@@ -480,7 +518,9 @@ func (s *Store) handOver(ctx context.Context, keys []string, hold holdSample) ([
 }
 
 // handOverOf is handOver of keys of one resource.
-func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, hold holdSample) ([]string, error) {
+//
+// more narrows the waiters it may hand to (passUp: those of a higher priority).
+func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, hold holdSample, more ...bson.E) ([]string, error) {
 	rest := slices.Clone(keys)
 	var grants []Grant
 	var origins []string
@@ -494,12 +534,12 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 	for ; len(rest) > 0; fence++ {
 		var d holderDoc
 		err := s.holders.FindOneAndUpdate(ctx,
-			bson.D{
+			append(bson.D{
 				{Key: "state", Value: string(lease.StateWaiting)},
 				{Key: "waitKey", Value: bson.D{{Key: "$in", Value: rest}}},
 				{Key: "waitExp", Value: bson.D{{Key: "$gt", Value: time.Now()}}},
 				{Key: "grantState", Value: bson.D{{Key: "$exists", Value: true}}},
-			},
+			}, more...),
 			bson.D{
 				// The waiter's state becomes the one it asked for when it queued: HELD
 				// at its last level, whose acquisition this write completes.
@@ -509,7 +549,7 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 			},
 			options.FindOneAndUpdate().
-				SetSort(bson.D{{Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}).
+				SetSort(lineOrder).
 				SetReturnDocument(options.After)).Decode(&d)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return rest, nil
@@ -537,15 +577,21 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 	return nil, nil
 }
 
+// lineOrder is the order of a line: highest priority first (a missing priority sorts after
+// every number, and is 0), then oldest place, then _id. With no priority written it is the
+// order of before priorities: queuedAt, _id.
+var lineOrder = bson.D{{Key: "priority", Value: -1}, {Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}
+
 // decrementUnlined returns one slot of each key, which has no live waiter, to its counter and
-// clears the counter's lined flag, in one round trip.
+// clears the counter's lined flag (and its priority hint), in one round trip.
 func (s *Store) decrementUnlined(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	_, err := s.counters.UpdateMany(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		countBy(-1, bson.E{Key: "$set", Value: bson.D{{Key: "lined", Value: false}}}))
+		countBy(-1, bson.E{Key: "$set", Value: bson.D{{Key: "lined", Value: false}}},
+			bson.E{Key: "$unset", Value: bson.D{{Key: "linedPrio", Value: ""}}}))
 	if err != nil {
 		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
 	}
@@ -689,11 +735,14 @@ type InLine struct {
 	Pod lease.PodRef
 	// QueuedAt is the server's time it first waited: its place.
 	QueuedAt time.Time
+	// Priority orders it before the waiters of lower priorities.
+	Priority int
 	// Lapsed: its process has not renewed it within its WaitTTL; hand-overs pass it over.
 	Lapsed bool
 }
 
-// Line lists the waiters of counter key ("" for every key), oldest first.
+// Line lists the waiters of counter key ("" for every key) in the order of the hand-overs:
+// highest priority first, oldest first within a priority.
 func (s *Store) Line(ctx context.Context, key string) ([]InLine, error) {
 	filter := bson.D{{Key: "state", Value: string(lease.StateWaiting)}}
 	if key != "" {
@@ -701,7 +750,7 @@ func (s *Store) Line(ctx context.Context, key string) ([]InLine, error) {
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	cur, err := s.holders.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}))
+	cur, err := s.holders.Find(ctx, filter, options.Find().SetSort(lineOrder))
 	if err != nil {
 		return nil, unavailable("reading the line of "+key, err)
 	}
@@ -713,7 +762,7 @@ func (s *Store) Line(ctx context.Context, key string) ([]InLine, error) {
 	out := make([]InLine, len(docs))
 	for i, d := range docs {
 		h := d.holder()
-		out[i] = InLine{ID: h.ID, Pod: h.Pod, QueuedAt: d.QueuedAt, Lapsed: !d.WaitExp.After(now)}
+		out[i] = InLine{ID: h.ID, Pod: h.Pod, QueuedAt: d.QueuedAt, Priority: d.Priority, Lapsed: !d.WaitExp.After(now)}
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package leasestore
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -14,12 +15,13 @@ import (
 // The views of the lines: who waits where, at which place, and for about how long
 // (docs/waiting.md, "Who waits").
 
-// placeProjection is what a place in a line needs: the waiter, its key, its place and
-// whether it is live.
-var placeProjection = bson.D{{Key: "_id", Value: 1}, {Key: "waitKey", Value: 1}, {Key: "queuedAt", Value: 1}, {Key: "waitExp", Value: 1}}
+// placeProjection is what a place in a line needs: the waiter, its key, its priority, its
+// place and whether it is live.
+var placeProjection = bson.D{{Key: "_id", Value: 1}, {Key: "waitKey", Value: 1}, {Key: "priority", Value: 1}, {Key: "queuedAt", Value: 1}, {Key: "waitExp", Value: 1}}
 
 // ListWaiters reads the acquisitions waiting in a line that match f (Token, ID, Tenant,
-// ExcludeTenants, Resource, Project, User, Pod), oldest first, each with its position
+// ExcludeTenants, Resource, Project, User, Pod), highest priority first, oldest first within
+// a priority, each with its position
 // among the live waiters of its line (waiters of every tenant count, none is named) and
 // the estimate of its wait. At most three round trips: the waiters, the lines they are in
 // when f leaves other waiters out, and the hold times of their resources.
@@ -69,6 +71,9 @@ func (s *Store) ListWaiters(ctx context.Context, f HolderFilter) ([]lease.Waiter
 		out = append(out, w)
 	}
 	slices.SortStableFunc(out, func(a, b lease.Waiter) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
 		if c := a.Since.Compare(b.Since); c != 0 {
 			return c
 		}
@@ -102,10 +107,14 @@ func (s *Store) Ahead(ctx context.Context, key, token string) (int, error) {
 }
 
 // positions returns, for each waiter of lines, the number of live waiters ahead of it in
-// its line: the order is the hand-overs' (queuedAt, then _id).
+// its line: the order is the hand-overs' (lineOrder: priority descending, queuedAt, _id), so
+// the waiters of a higher priority count first.
 func positions(lines []holderDoc, now time.Time) map[string]int {
 	sorted := slices.Clone(lines)
 	slices.SortStableFunc(sorted, func(a, b holderDoc) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
 		if c := a.QueuedAt.Compare(b.QueuedAt); c != 0 {
 			return c
 		}
@@ -125,7 +134,7 @@ func positions(lines []holderDoc, now time.Time) map[string]int {
 func waiterOf(d holderDoc, now time.Time) lease.Waiter {
 	h := d.holder()
 	h.Token = ""
-	w := lease.Waiter{Holder: h, Key: d.WaitKey, Cap: d.WaitCap, Since: d.QueuedAt, Lapsed: !d.WaitExp.After(now)}
+	w := lease.Waiter{Holder: h, Key: d.WaitKey, Cap: d.WaitCap, Since: d.QueuedAt, Priority: d.Priority, Lapsed: !d.WaitExp.After(now)}
 	if _, l, sc, ok := lease.SplitCounterKey(d.WaitKey); ok {
 		w.Level, w.Scope = l, sc
 	}

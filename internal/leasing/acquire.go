@@ -73,6 +73,7 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		PodBound:  req.PodBound,
 		Payload:   req.Payload,
 		TTL:       def.TTL,
+		Priority:  req.Priority,
 	}
 	current := func(ctx context.Context) (*definition.Definition, error) {
 		d, err := s.resolve(ctx, req) // a cache hit unless a definition changed
@@ -83,7 +84,7 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 	}
 	label := s.labels.of(def.Resource)
 	s.metrics.Waiting.WithLabelValues(label).Inc()
-	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued)
+	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued, aging{bound: def.PriorityAgeBound, since: start})
 	s.metrics.Waiting.WithLabelValues(label).Dec()
 	var changed *definitionChanged
 	if errors.As(err, &changed) {
@@ -137,6 +138,10 @@ func planOf(def definition.Definition, req Request) (plan, error) {
 	}
 	if def.Caps.User > 0 && req.User == "" {
 		return plan{}, lease.Invalid("user", "is required: lease %s caps the user level", def.Name)
+	}
+	if req.Priority > def.MaxPriority {
+		return plan{}, lease.Invalid("priority", "%d is above the maximum %d of lease %s (maxPriority, set by the system layer)",
+			req.Priority, def.MaxPriority, def.Name)
 	}
 	p := plan{caps: capsOf(def.Caps)}
 	for _, l := range lease.Levels { // narrow to wide

@@ -28,9 +28,12 @@ type entries struct {
 	order []int
 }
 
-func (e *entries) start(p *process, name string, id int) {
+func (e *entries) start(p *process, name string, id int) { e.acquire(p, podReq(name, id), id) }
+
+// acquire runs the acquisition r in p, recorded as id.
+func (e *entries) acquire(p *process, r leasing.Request, id int) {
 	e.wg.Go(func() {
-		l, err := acquire(ctxT(e.t), p.svc, podReq(name, id))
+		l, err := acquire(ctxT(e.t), p.svc, r)
 		if err != nil {
 			e.t.Errorf("waiter %d: %v", id, err)
 			return

@@ -69,6 +69,7 @@ type leaseDef struct {
 	user, project, tenant, global int32
 	ttlSeconds, waitMs            int32
 	fairness                      definition.Fairness // unset: the default
+	maxPriority, ageBoundSeconds  int32
 }
 
 func (d leaseDef) layer() definition.Layer {
@@ -93,6 +94,7 @@ func (d leaseDef) layer() definition.Layer {
 	if d.fairness != "" {
 		l.Fairness = &d.fairness
 	}
+	l.MaxPriority, l.PriorityAgeBoundSeconds = set(d.maxPriority), set(d.ageBoundSeconds)
 	return l
 }
 

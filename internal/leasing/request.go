@@ -30,6 +30,10 @@ type Request struct {
 	Payload map[string]string
 	// Wait, when set, shortens the definition's wait; it never lengthens it.
 	Wait *time.Duration
+	// Priority orders the acquisition among the waiters of a full level: highest first,
+	// oldest first within a priority (docs/waiting.md, "Priority"). 0 by default; at most the
+	// definition's MaxPriority. It never revokes a holder.
+	Priority int
 	// WaitFor, when set, replaces the definition's wait and Wait: for callers inside the
 	// manager that wait on a workload's behalf for as long as it exists (pod admission,
 	// docs/pod-admission.md), ending the wait by cancelling ctx. The HTTP API never sets it.
@@ -148,6 +152,9 @@ func validateFields(req Request) error {
 	}
 	if err := validatePayload(req.Payload); err != nil {
 		return err
+	}
+	if req.Priority < 0 {
+		return lease.Invalid("priority", "must be between 0 and the lease's maxPriority, got %d", req.Priority)
 	}
 	if req.Wait != nil && (*req.Wait < 0 || *req.Wait > MaxWait) {
 		return lease.Invalid("waitMs", "must be between 0 and %d", MaxWait.Milliseconds())

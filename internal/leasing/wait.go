@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/waitq"
@@ -38,9 +39,9 @@ const deadlineMargin = 100 * time.Millisecond
 // *lease.BusyError (the level found full; with Err when the caller left), a store error, or
 // *definitionChanged when current reports a new definition. queued (may be nil) is called
 // after the first attempt (Request.Queued).
-func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func()) (lease.Holder, error) {
+func (s *Service) acquire(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func(), age aging) (lease.Holder, error) {
 	for {
-		h, err := s.acquireOnce(ctx, req, deadline, current, queued)
+		h, err := s.acquireOnce(ctx, req, deadline, current, queued, age)
 		queued = nil // once
 		if errors.Is(err, errStartOver) && deadline.After(s.clk.Now()) && ctx.Err() == nil {
 			continue
@@ -64,13 +65,14 @@ func (e *startOver) Unwrap() error        { return e.busy }
 func (e *startOver) Is(target error) bool { return target == errStartOver }
 
 // acquireOnce is one holder's acquisition: its attempt and, if it queued, its wait.
-func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func()) (lease.Holder, error) {
+func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func(), age aging) (lease.Holder, error) {
 	op := "acquiring " + req.Resource
 	token, err := leasestore.NewToken()
 	if err != nil {
 		return lease.Holder{}, err
 	}
 	req.Token = token
+	req.Priority = age.priority(req.Priority, s.clk.Now()) // a holder started over keeps its age
 	safety := s.safetyFor(req.TTL)
 	// A wait too short to take a slot handed over (the hand-over, the wake-up and the take
 	// are a few store round trips) does not join the line: there it would only hold slots
@@ -203,6 +205,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		looked = true
 		asked := s.clk.Now()
 		req.WaitTTL = waitTTL()
+		req.Priority = age.priority(req.Priority, s.clk.Now()) // the renewal raises its place
 		h, done, err := s.call(ctx, deadline, token, func(cctx context.Context) (lease.Holder, error) {
 			return s.store.Resume(cctx, req, key, look)
 		})
@@ -222,6 +225,22 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			return lease.Holder{}, err
 		}
 	}
+}
+
+// aging is a definition's age bound (docs/waiting.md, "Priority"): a waiter that has waited
+// longer than bound since is served as of the highest priority. Its renewals, which it makes
+// anyway, write the raise: the bound costs no round trip.
+type aging struct {
+	bound time.Duration
+	since time.Time
+}
+
+// priority is the priority a waiter asking for p has at now.
+func (a aging) priority(p int, now time.Time) int {
+	if a.bound > 0 && now.Sub(a.since) >= a.bound {
+		return definition.MaxPriority
+	}
+	return p
 }
 
 // call runs f on its own goroutine under the store's timeout (not ctx) and waits for it until

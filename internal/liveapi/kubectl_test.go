@@ -217,8 +217,8 @@ func TestKubectlWaiters(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[1], lease.HolderID(waiting[1])) || strings.Contains(out, "g1") {
 		t.Fatalf("alice's kubectl get lw in acme:\n%s\nwant acme's waiter only", out)
 	}
-	if row := fields(lines[1]); row[7] != "1" || row[10] != "acme" || row[12] != "1" {
-		t.Errorf("alice's row %q: want position 1, tenant acme, cap 1", row)
+	if row := fields(lines[1]); row[7] != "1" || row[10] != "acme" || row[12] != "1" || row[14] != "0" {
+		t.Errorf("alice's row %q: want position 1, tenant acme, cap 1, priority 0", row)
 	}
 	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "leasewaiter", lease.HolderID(waiting[1]), "-o", "yaml")
 	for _, want := range []string{"kind: LeaseWaiter", "level: global", "position: 1", "tenant: acme", "user: u1"} {

@@ -59,13 +59,14 @@ var waiterColumns = []metav1.TableColumnDefinition{
 	{Name: "Pod", Type: "string", Description: "namespace/name of the waiting pod."},
 	{Name: "Level", Type: "string", Description: "The full level it waits at."},
 	{Name: "Scope", Type: "string", Description: "That level's scope."},
-	{Name: "Position", Type: "integer", Description: "Live waiters ahead of it in the line, of every tenant."},
+	{Name: "Position", Type: "integer", Description: "Live waiters ahead of it in the line, of every tenant: higher priorities first, then older ones."},
 	{Name: "Est-Wait", Type: "string", Description: "Estimated wait from the resource's recent hold times; <unknown> before its first hand-over. Never a promise."},
 	{Name: "Waiting", Type: "string", Description: "Time since it lined up."},
 	{Name: "Tenant", Type: "string", Priority: 1, Description: "The logical tenant ID."},
 	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name."},
 	{Name: "Cap", Type: "integer", Priority: 1, Description: "The level's cap when it lined up."},
 	{Name: "Lapsed", Type: "boolean", Priority: 1, Description: "Its process stopped renewing its place; slots pass it over."},
+	{Name: "Priority", Type: "integer", Priority: 1, Description: "Its priority: higher ones are served first (docs/waiting.md, \"Priority\")."},
 	{Name: "Holder-Ref", Type: "string", Priority: 1, Description: "The caller's reference."},
 }
 
@@ -87,7 +88,7 @@ func waiterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 				w.Name, w.Spec.Resource, w.Spec.Project, orNone(w.Spec.User), orNone(w.Spec.Pod),
 				w.Status.Level, w.Status.Scope, w.Status.Position, waitCell(w.Status.EstimatedWaitMs),
 				since(w.Status.Since, now), w.Spec.Tenant, w.Spec.Lease, w.Status.Cap, w.Status.Lapsed,
-				orNone(w.Spec.HolderRef),
+				w.Status.Priority, orNone(w.Spec.HolderRef),
 			},
 			Object: runtime.RawExtension{Object: w},
 		})

@@ -140,6 +140,7 @@ func waiterObject(w lease.Waiter, ns string) livev1alpha1.LeaseWaiter {
 			Key:             w.Key,
 			Cap:             int64(w.Cap),
 			Since:           metav1.NewTime(w.Since),
+			Priority:        int64(w.Priority),
 			Position:        int64(w.Position),
 			EstimatedWaitMs: w.EstimatedWait.Milliseconds(),
 			Lapsed:          w.Lapsed,

@@ -145,6 +145,10 @@ type Request struct {
 	// Wait, when positive, shortens the definition's wait for a slot. The wait is also
 	// shortened so that the server answers before ctx's deadline.
 	Wait time.Duration
+	// Priority orders the acquisition among the waiters of a full level: highest first,
+	// oldest first within a priority. 0 by default; above the definition's maxPriority the
+	// server answers *InvalidError (field priority). It never takes a slot from a holder.
+	Priority int
 }
 
 // Inline is an inline lease definition: only the project and user caps, the TTL and the
@@ -219,7 +223,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (*Lease, error) {
 func bodyOf(req Request) acquireBody {
 	return acquireBody{Type: req.Type, Lease: req.Lease, Inline: req.Inline, Tenant: req.Tenant,
 		Project: req.Project, User: req.User, HolderRef: req.HolderRef, PodBound: req.PodBound,
-		Payload: req.Payload}
+		Payload: req.Payload, Priority: req.Priority}
 }
 
 // DryRunResult is what an acquisition would be granted now: the levels it would book, or

@@ -18,6 +18,7 @@ type acquireBody struct {
 	PodBound  bool              `json:"podBound,omitempty"`
 	Payload   map[string]string `json:"payload,omitempty"`
 	WaitMs    *int64            `json:"waitMs,omitempty"`
+	Priority  int               `json:"priority,omitempty"`
 }
 
 type levelBody struct {

@@ -887,9 +887,16 @@ func schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref common.Refere
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"priority": {
+						SchemaProps: spec.SchemaProps{
+							Description: "priority is its priority: waiters of a higher priority are served first, oldest first within a priority; raised to the highest once it waited longer than its definition's age bound (docs/waiting.md, \"Priority\").",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"position": {
 						SchemaProps: spec.SchemaProps{
-							Description: "position is the number of live waiters ahead of it in the line, of every tenant.",
+							Description: "position is the number of live waiters ahead of it in the line, of every tenant: those of a higher priority, then the older ones of its own.",
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int64",

@@ -267,7 +267,13 @@ type LeaseWaiterStatus struct {
 	// since is when it lined up: its place in the line, kept from level to level.
 	// +optional
 	Since metav1.Time `json:"since,omitzero"`
-	// position is the number of live waiters ahead of it in the line, of every tenant.
+	// priority is its priority: waiters of a higher priority are served first, oldest first
+	// within a priority; raised to the highest once it waited longer than its definition's
+	// age bound (docs/waiting.md, "Priority").
+	// +optional
+	Priority int64 `json:"priority,omitempty"`
+	// position is the number of live waiters ahead of it in the line, of every tenant: those
+	// of a higher priority, then the older ones of its own.
 	Position int64 `json:"position"`
 	// estimatedWaitMs estimates the wait from its position, from the resource's recent hold
 	// times; absent before the resource has handed over a slot. An estimate, never a

@@ -77,6 +77,9 @@ func LayerFrom(ld *leasev1alpha1.LeaseDefinition) definition.Layer {
 		TTLSeconds: ld.Spec.TTLSeconds,
 		WaitMs:     ld.Spec.WaitMs,
 		Fairness:   (*definition.Fairness)(ld.Spec.Fairness),
+
+		MaxPriority:             ld.Spec.MaxPriority,
+		PriorityAgeBoundSeconds: ld.Spec.PriorityAgeBoundSeconds,
 	}
 	if lv := ld.Spec.Levels; lv != nil {
 		l.Levels = definition.Levels{Global: lv.Global, Tenant: lv.Tenant, Project: lv.Project, User: lv.User}
