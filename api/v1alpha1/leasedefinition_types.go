@@ -178,6 +178,49 @@ type LeaseDefinitionSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=86400
 	PriorityAgeBoundSeconds *int32 `json:"priorityAgeBoundSeconds,omitempty"`
+
+	// borrowing lets a tenant use idle capacity above its tenant cap, up to the global cap,
+	// while no other tenant below its cap waits; borrowed slots are reclaimed by revocation
+	// when one does (docs/borrowing.md). Owned by the built-in and the system layer; ignored
+	// on a tenant or project layer, so that no tenant lends itself another tenant's share.
+	// +optional
+	Borrowing *LeaseBorrowing `json:"borrowing,omitempty"`
+}
+
+// LeaseBorrowing is the borrowing of idle capacity across tenants (docs/borrowing.md). Each
+// field merges on its own: a system layer may, say, set only graceSeconds.
+type LeaseBorrowing struct {
+	// enabled lets a tenant take slots above its tenant cap while the global level has room.
+	// Defaults to false. Borrowing needs a tenant and a global cap; without both it does nothing.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// maxBorrowed bounds the slots one tenant may hold above its tenant cap; 0 (the default)
+	// bounds them by the global cap only.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MaxBorrowed *int32 `json:"maxBorrowed,omitempty"`
+
+	// graceSeconds is how long a waiter of a tenant below its cap, blocked at the global
+	// level, waits before a borrowed slot is revoked for it (reclaim). Defaults to 5.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	GraceSeconds *int32 `json:"graceSeconds,omitempty"`
+}
+
+// EffectiveBorrowing is the merged borrowing of a definition; present only when enabled.
+type EffectiveBorrowing struct {
+	// maxBorrowed bounds the slots one tenant may hold above its cap; 0 is the global cap.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxBorrowed int32 `json:"maxBorrowed,omitempty"`
+
+	// graceSeconds is the reclaim's grace.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	GraceSeconds int32 `json:"graceSeconds,omitempty"`
 }
 
 // EffectiveDefinition is the merged definition at an object's scope: what an acquisition in
@@ -218,6 +261,10 @@ type EffectiveDefinition struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	PriorityAgeBoundSeconds int32 `json:"priorityAgeBoundSeconds,omitempty"`
+
+	// borrowing is the merged borrowing; absent when off.
+	// +optional
+	Borrowing *EffectiveBorrowing `json:"borrowing,omitempty"`
 
 	// noop is true when no level is capped: acquisitions succeed without touching the store.
 	// +optional

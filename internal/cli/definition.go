@@ -171,12 +171,19 @@ type definitionJSON struct {
 	Fairness   string         `json:"fairness"`
 	// MaxPriority and PriorityAgeBoundSeconds: docs/waiting.md, "Priority"; absent while
 	// no layer sets them (optionalField).
-	MaxPriority             int               `json:"maxPriority,omitempty"`
-	PriorityAgeBoundSeconds float64           `json:"priorityAgeBoundSeconds,omitempty"`
-	NoOp                    bool              `json:"noop"`
-	Origin                  map[string]string `json:"origin"`
-	Layers                  []layerJSON       `json:"layers"`
-	Ignored                 []ignoredJSON     `json:"ignored"`
+	MaxPriority             int     `json:"maxPriority,omitempty"`
+	PriorityAgeBoundSeconds float64 `json:"priorityAgeBoundSeconds,omitempty"`
+	// Borrowing: docs/borrowing.md; absent while off.
+	Borrowing *borrowingJSON    `json:"borrowing,omitempty"`
+	NoOp      bool              `json:"noop"`
+	Origin    map[string]string `json:"origin"`
+	Layers    []layerJSON       `json:"layers"`
+	Ignored   []ignoredJSON     `json:"ignored"`
+}
+
+type borrowingJSON struct {
+	MaxBorrowed  int     `json:"maxBorrowed"`
+	GraceSeconds float64 `json:"graceSeconds"`
 }
 
 type layerJSON struct {
@@ -199,6 +206,9 @@ func toDefinitionJSON(ex Explanation) definitionJSON {
 		Resource: d.Resource, TTLSeconds: d.TTL.Seconds(), WaitMs: d.Wait.Milliseconds(), Fairness: string(d.Fairness), NoOp: d.NoOp(),
 		MaxPriority: d.MaxPriority, PriorityAgeBoundSeconds: d.PriorityAgeBound.Seconds(),
 		Levels: map[string]int{}, Origin: map[string]string{}, Layers: []layerJSON{}, Ignored: []ignoredJSON{},
+	}
+	if b := d.Borrowing; b.Enabled {
+		out.Borrowing = &borrowingJSON{MaxBorrowed: b.MaxBorrowed, GraceSeconds: b.Grace.Seconds()}
 	}
 	for _, lv := range []struct {
 		name string
@@ -230,8 +240,12 @@ func toDefinitionJSON(ex Explanation) definitionJSON {
 }
 
 // optionalField marks the fields the explanation shows only when a layer sets them: the
-// priorities (docs/waiting.md, "Priority"), which most definitions never use.
-var optionalField = map[definition.Field]bool{definition.FieldMaxPriority: true, definition.FieldPriorityAge: true}
+// priorities (docs/waiting.md, "Priority") and borrowing (docs/borrowing.md), which most
+// definitions never use.
+var optionalField = map[definition.Field]bool{
+	definition.FieldMaxPriority: true, definition.FieldPriorityAge: true,
+	definition.FieldBorrowEnabled: true, definition.FieldBorrowMax: true, definition.FieldBorrowGrace: true,
+}
 
 func kindsBySource(layers []definition.Layer) map[string]definition.Kind {
 	m := make(map[string]definition.Kind, len(layers))
@@ -288,6 +302,13 @@ func RenderExplanation(w io.Writer, ex Explanation) error {
 	}
 	if _, ok := ex.Result.Origin[definition.FieldPriorityAge]; ok {
 		t.row(string(definition.FieldPriorityAge), strconv.FormatFloat(d.PriorityAgeBound.Seconds(), 'f', -1, 64), from(definition.FieldPriorityAge, "default"))
+	}
+	if _, ok := ex.Result.Origin[definition.FieldBorrowEnabled]; ok {
+		t.row(string(definition.FieldBorrowEnabled), strconv.FormatBool(d.Borrowing.Enabled), from(definition.FieldBorrowEnabled, "default"))
+		if d.Borrowing.Enabled {
+			t.row(string(definition.FieldBorrowMax), strconv.Itoa(d.Borrowing.MaxBorrowed), from(definition.FieldBorrowMax, "default"))
+			t.row(string(definition.FieldBorrowGrace), strconv.FormatFloat(d.Borrowing.Grace.Seconds(), 'f', -1, 64), from(definition.FieldBorrowGrace, "default"))
+		}
 	}
 	if err := t.flush(); err != nil {
 		return err

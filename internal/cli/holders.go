@@ -112,7 +112,11 @@ func describeHolderFilter(f leasestore.HolderFilter) string {
 func renderHolders(w io.Writer, now time.Time, holders []lease.Holder) error {
 	t := newTable(w, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "FENCE", "AGE", "IDLE", "TTL")
 	for _, h := range holders {
-		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), stateOf(now, h), fenceOf(h),
+		state := stateOf(now, h)
+		if h.Borrowed { // docs/borrowing.md
+			state += ",BORROWED"
+		}
+		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
 			age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL))
 	}
 	return t.flush()

@@ -104,6 +104,11 @@ func effective(d definition.Definition) *leasev1alpha1.EffectiveDefinition {
 		MaxPriority:             int32(d.MaxPriority),
 		PriorityAgeBoundSeconds: int32(d.PriorityAgeBound / time.Second),
 	}
+	if d.Borrowing.Enabled {
+		e.Borrowing = &leasev1alpha1.EffectiveBorrowing{
+			MaxBorrowed: int32(d.Borrowing.MaxBorrowed), GraceSeconds: int32(d.Borrowing.Grace / time.Second),
+		}
+	}
 	if !d.NoOp() {
 		e.Levels = &leasev1alpha1.LeaseLevels{
 			Global: capPtr(d.Caps.Global), Tenant: capPtr(d.Caps.Tenant),

@@ -28,6 +28,8 @@ type document struct {
 	// MaxPriority and PriorityAgeBoundSeconds: docs/waiting.md, "Priority".
 	MaxPriority             *int32 `json:"maxPriority,omitempty"`
 	PriorityAgeBoundSeconds *int32 `json:"priorityAgeBoundSeconds,omitempty"`
+	// Borrowing: docs/borrowing.md.
+	Borrowing *BorrowingLayer `json:"borrowing,omitempty"`
 }
 
 // ParseDocument parses a built-in document named <name>.yaml strictly: unknown or duplicate
@@ -53,6 +55,9 @@ func ParseDocument(fileName string, data []byte, source string) (Layer, error) {
 		MaxPriority: doc.MaxPriority, PriorityAgeBoundSeconds: doc.PriorityAgeBoundSeconds}
 	if doc.Levels != nil {
 		l.Levels = *doc.Levels
+	}
+	if doc.Borrowing != nil {
+		l.Borrowing = *doc.Borrowing
 	}
 	if err := ValidateLayer(l); err != nil {
 		return Layer{}, err

@@ -67,6 +67,29 @@ type Definition struct {
 	// highest priority (MaxPriority of the package), so that a steady stream of urgent
 	// waiters cannot starve it; 0 is off.
 	PriorityAgeBound time.Duration
+	// Borrowing lets a tenant use idle capacity above its tenant cap (docs/borrowing.md).
+	Borrowing Borrowing
+}
+
+// DefaultBorrowGrace is the reclaim's grace when no layer sets borrowing.graceSeconds.
+const DefaultBorrowGrace = 5 * time.Second
+
+// Borrowing is the merged borrowing of a definition.
+type Borrowing struct {
+	// Enabled: a tenant may take slots above its tenant cap while the global level has room
+	// and no other tenant's waiter below its cap stands there.
+	Enabled bool
+	// MaxBorrowed bounds the slots one tenant holds above its cap; 0: the global cap only.
+	MaxBorrowed int
+	// Grace is how long a waiter of a tenant below its cap, blocked at the global level,
+	// waits before a borrowed slot is revoked for it.
+	Grace time.Duration
+}
+
+// Borrows reports whether acquisitions under d may borrow: borrowing is on and both the
+// tenant and the global level are capped (there is something to exceed and a ceiling).
+func (d Definition) Borrows() bool {
+	return d.Borrowing.Enabled && d.Caps.Tenant > 0 && d.Caps.Global > 0
 }
 
 // NoOp reports whether the definition caps no level: acquisitions succeed without any store

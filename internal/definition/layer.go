@@ -39,28 +39,35 @@ const (
 	FieldFairness      Field = "fairness"
 	FieldMaxPriority   Field = "maxPriority"
 	FieldPriorityAge   Field = "priorityAgeBoundSeconds"
+	// The borrowing fields (docs/borrowing.md) merge one by one, like the levels.
+	FieldBorrowEnabled Field = "borrowing.enabled"
+	FieldBorrowMax     Field = "borrowing.maxBorrowed"
+	FieldBorrowGrace   Field = "borrowing.graceSeconds"
 )
 
 // AllFields returns the mergeable fields in document order.
 func AllFields() []Field {
 	return []Field{FieldResource, FieldLevelsGlobal, FieldLevelsTenant, FieldLevelsProject,
-		FieldLevelsUser, FieldTTLSeconds, FieldWaitMs, FieldFairness, FieldMaxPriority, FieldPriorityAge}
+		FieldLevelsUser, FieldTTLSeconds, FieldWaitMs, FieldFairness, FieldMaxPriority, FieldPriorityAge,
+		FieldBorrowEnabled, FieldBorrowMax, FieldBorrowGrace}
 }
 
 // Owns reports whether a layer of the kind may set the field: the field-ownership table of
 // docs/design.md, "Four layers, merged per field".
 //
 //	levels.global, fairness, maxPriority,       builtin, system
-//	priorityAgeBoundSeconds
+//	priorityAgeBoundSeconds, borrowing.*
 //	resource, levels.tenant                     builtin, system, tenant
 //	levels.project, levels.user, ttlSeconds,    all four
 //	waitMs
 func Owns(kind Kind, field Field) bool {
 	switch field {
-	case FieldLevelsGlobal, FieldFairness, FieldMaxPriority, FieldPriorityAge:
+	case FieldLevelsGlobal, FieldFairness, FieldMaxPriority, FieldPriorityAge,
+		FieldBorrowEnabled, FieldBorrowMax, FieldBorrowGrace:
 		// fairness and the priorities order the waiters of every tenant on a shared
 		// resource: like the global ceiling they are the operator's, so that no tenant makes
-		// itself urgent (docs/waiting.md, "Priority").
+		// itself urgent (docs/waiting.md, "Priority"). Borrowing lends one tenant what the
+		// others leave idle: a tenant that could switch it on would lend itself their share.
 		return kind == KindBuiltin || kind == KindSystem
 	case FieldResource, FieldLevelsTenant:
 		return kind == KindBuiltin || kind == KindSystem || kind == KindTenant
@@ -100,6 +107,15 @@ type Layer struct {
 	// serves a waiter older than that as of the highest priority (docs/waiting.md, "Priority").
 	MaxPriority             *int32
 	PriorityAgeBoundSeconds *int32
+	// Borrowing: docs/borrowing.md; each field is set or not on its own.
+	Borrowing BorrowingLayer
+}
+
+// BorrowingLayer is a document's borrowing; nil fields are not set.
+type BorrowingLayer struct {
+	Enabled      *bool  `json:"enabled,omitempty"`
+	MaxBorrowed  *int32 `json:"maxBorrowed,omitempty"`
+	GraceSeconds *int32 `json:"graceSeconds,omitempty"`
 }
 
 // SetFields returns the fields the document sets, in document order.
@@ -135,6 +151,12 @@ func (l Layer) has(f Field) bool {
 		return l.MaxPriority != nil
 	case FieldPriorityAge:
 		return l.PriorityAgeBoundSeconds != nil
+	case FieldBorrowEnabled:
+		return l.Borrowing.Enabled != nil
+	case FieldBorrowMax:
+		return l.Borrowing.MaxBorrowed != nil
+	case FieldBorrowGrace:
+		return l.Borrowing.GraceSeconds != nil
 	default:
 		return false
 	}

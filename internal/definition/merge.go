@@ -68,6 +68,8 @@ func Merge(s Stack) (Result, error) {
 	var resource *string
 	var global, tenant, project, user, ttl, wait, maxPriority, ageBound *int32
 	var fairness *Fairness
+	var borrowEnabled *bool
+	var borrowMax, borrowGrace *int32
 	for _, l := range layers {
 		if ign := IgnoredFields(l); len(ign) > 0 {
 			res.Ignored = append(res.Ignored, Ignored{Source: l.Source, Kind: l.Kind, Fields: ign})
@@ -90,6 +92,12 @@ func Merge(s Stack) (Result, error) {
 		take(FieldWaitMs, &wait, l.WaitMs)
 		take(FieldMaxPriority, &maxPriority, l.MaxPriority)
 		take(FieldPriorityAge, &ageBound, l.PriorityAgeBoundSeconds)
+		take(FieldBorrowMax, &borrowMax, l.Borrowing.MaxBorrowed)
+		take(FieldBorrowGrace, &borrowGrace, l.Borrowing.GraceSeconds)
+		if l.Borrowing.Enabled != nil && Owns(l.Kind, FieldBorrowEnabled) {
+			borrowEnabled = l.Borrowing.Enabled
+			res.Origin[FieldBorrowEnabled] = l.Source
+		}
 		if l.Fairness != nil && Owns(l.Kind, FieldFairness) {
 			fairness = l.Fairness
 			res.Origin[FieldFairness] = l.Source
@@ -113,6 +121,14 @@ func Merge(s Stack) (Result, error) {
 	d.MaxPriority = deref(maxPriority)
 	if ageBound != nil {
 		d.PriorityAgeBound = time.Duration(*ageBound) * time.Second
+	}
+	if borrowEnabled != nil && *borrowEnabled {
+		// Off, the definition carries no borrowing at all: it compares, caches and travels
+		// exactly as before the field existed.
+		d.Borrowing = Borrowing{Enabled: true, MaxBorrowed: deref(borrowMax), Grace: DefaultBorrowGrace}
+		if borrowGrace != nil {
+			d.Borrowing.Grace = time.Duration(*borrowGrace) * time.Second
+		}
 	}
 	res.Definition = d
 	return res, nil

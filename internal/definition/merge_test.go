@@ -80,6 +80,37 @@ func TestMerge(t *testing.T) {
 				},
 			},
 		},
+		"only the system layer sets borrowing": {
+			stack: Stack{Scope: scope, Builtin: builtin,
+				System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex", Tenant: SystemTenant, Project: TenantProject,
+					Borrowing: BorrowingLayer{Enabled: ptr(true), GraceSeconds: ptr[int32](2)}},
+				Tenant: &Layer{Kind: KindTenant, Source: "ten", Name: "tex", Tenant: "acme", Project: TenantProject,
+					Borrowing: BorrowingLayer{MaxBorrowed: ptr[int32](100), GraceSeconds: ptr[int32](3600)}},
+				Project: &Layer{Kind: KindProject, Source: "prj", Name: "tex", Tenant: "acme", Project: "web",
+					Borrowing: BorrowingLayer{Enabled: ptr(false)}}},
+			want: Result{
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6, Tenant: 3, Project: 1}, TTL: DefaultTTL, Wait: DefaultWait,
+					Fairness: FairProcess, Borrowing: Borrowing{Enabled: true, Grace: 2 * time.Second}},
+				Origin: map[Field]string{FieldLevelsGlobal: "built-in tex.yaml", FieldLevelsTenant: "built-in tex.yaml",
+					FieldLevelsProject: "built-in tex.yaml", FieldBorrowEnabled: "sys", FieldBorrowGrace: "sys"},
+				Ignored: []Ignored{
+					{Source: "ten", Kind: KindTenant, Fields: []Field{FieldBorrowMax, FieldBorrowGrace}},
+					{Source: "prj", Kind: KindProject, Fields: []Field{FieldBorrowEnabled}},
+				},
+			},
+		},
+		"a tenant cannot switch borrowing on": {
+			stack: Stack{Scope: scope, Builtin: builtin,
+				Tenant: &Layer{Kind: KindTenant, Source: "ten", Name: "tex", Tenant: "acme", Project: TenantProject,
+					Borrowing: BorrowingLayer{Enabled: ptr(true)}}},
+			want: Result{
+				Definition: Definition{Name: "tex", Resource: "tex", Caps: Caps{Global: 6, Tenant: 3, Project: 1}, TTL: DefaultTTL, Wait: DefaultWait,
+					Fairness: FairProcess},
+				Origin: map[Field]string{FieldLevelsGlobal: "built-in tex.yaml", FieldLevelsTenant: "built-in tex.yaml",
+					FieldLevelsProject: "built-in tex.yaml"},
+				Ignored: []Ignored{{Source: "ten", Kind: KindTenant, Fields: []Field{FieldBorrowEnabled}}},
+			},
+		},
 		"project owns only project, user, ttl and wait": {
 			stack: Stack{Scope: scope, Builtin: builtin, System: system, Tenant: tenant, Project: project},
 			want: Result{
@@ -156,6 +187,11 @@ func TestMerge(t *testing.T) {
 				Tenant: SystemTenant, Project: TenantProject, MaxPriority: ptr[int32](1001), PriorityAgeBoundSeconds: ptr[int32](-1)}},
 			wantErr: "maxPriority: must be between 0 and 1000, got 1001\npriorityAgeBoundSeconds: must be between 0 and 86400, got -1",
 		},
+		"borrowing out of range": {
+			stack: Stack{Scope: scope, System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex",
+				Tenant: SystemTenant, Project: TenantProject, Borrowing: BorrowingLayer{MaxBorrowed: ptr[int32](-1), GraceSeconds: ptr[int32](3601)}}},
+			wantErr: "borrowing.maxBorrowed: must be between 0 (up to the global cap) and 100000, got -1\nborrowing.graceSeconds: must be between 0 and 3600, got 3601",
+		},
 		"invalid resource": {
 			stack: Stack{Scope: scope, System: &Layer{Kind: KindSystem, Source: "sys", Name: "tex",
 				Tenant: SystemTenant, Project: TenantProject, Resource: ptr("a|b")}},
@@ -207,6 +243,9 @@ func TestOwns(t *testing.T) {
 		FieldFairness:      {KindBuiltin, KindSystem},
 		FieldMaxPriority:   {KindBuiltin, KindSystem},
 		FieldPriorityAge:   {KindBuiltin, KindSystem},
+		FieldBorrowEnabled: {KindBuiltin, KindSystem},
+		FieldBorrowMax:     {KindBuiltin, KindSystem},
+		FieldBorrowGrace:   {KindBuiltin, KindSystem},
 		FieldResource:      {KindBuiltin, KindSystem, KindTenant},
 		FieldLevelsTenant:  {KindBuiltin, KindSystem, KindTenant},
 		FieldLevelsProject: {KindBuiltin, KindSystem, KindTenant, KindProject},

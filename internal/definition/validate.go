@@ -19,6 +19,10 @@ const (
 	MaxPriority = 1000
 	// MaxPriorityAgeBoundSeconds is the largest priorityAgeBoundSeconds (one day).
 	MaxPriorityAgeBoundSeconds = 86400
+	// MaxBorrowed is the largest borrowing.maxBorrowed.
+	MaxBorrowed = 100000
+	// MaxBorrowGraceSeconds is the largest borrowing.graceSeconds (an hour).
+	MaxBorrowGraceSeconds = 3600
 )
 
 var (
@@ -103,6 +107,12 @@ func ValidateLayer(l Layer) error {
 	}
 	if l.PriorityAgeBoundSeconds != nil && (*l.PriorityAgeBoundSeconds < 0 || *l.PriorityAgeBoundSeconds > MaxPriorityAgeBoundSeconds) {
 		add(string(FieldPriorityAge), "must be between 0 and %d, got %d", MaxPriorityAgeBoundSeconds, *l.PriorityAgeBoundSeconds)
+	}
+	if b := l.Borrowing.MaxBorrowed; b != nil && (*b < 0 || *b > MaxBorrowed) {
+		add(string(FieldBorrowMax), "must be between 0 (up to the global cap) and %d, got %d", MaxBorrowed, *b)
+	}
+	if g := l.Borrowing.GraceSeconds; g != nil && (*g < 0 || *g > MaxBorrowGraceSeconds) {
+		add(string(FieldBorrowGrace), "must be between 0 and %d, got %d", MaxBorrowGraceSeconds, *g)
 	}
 	if l.Fairness != nil && !l.Fairness.Valid() {
 		add(string(FieldFairness), "must be %s or %s, got %q", FairProcess, FairGlobal, *l.Fairness)

@@ -145,27 +145,43 @@ type Definition struct {
 	// MaxPriority and PriorityAgeMs: docs/waiting.md, "Priority".
 	MaxPriority   int   `json:"maxPriority,omitempty"`
 	PriorityAgeMs int64 `json:"priorityAgeMs,omitempty"`
+	// Borrow: docs/borrowing.md; absent when borrowing is off.
+	Borrow *Borrowing `json:"borrow,omitempty"`
+}
+
+// Borrowing is a definition's borrowing on the wire.
+type Borrowing struct {
+	MaxBorrowed int   `json:"maxBorrowed,omitempty"`
+	GraceMs     int64 `json:"graceMs"`
 }
 
 // WireDefinition is d on the wire.
 func WireDefinition(d definition.Definition) *Definition {
-	return &Definition{
+	w := &Definition{
 		Name: d.Name, Resource: d.Resource,
 		Global: d.Caps.Global, Tenant: d.Caps.Tenant, Project: d.Caps.Project, User: d.Caps.User,
 		TTLMs: d.TTL.Milliseconds(), WaitMs: d.Wait.Milliseconds(), Inline: d.Inline, Fairness: string(d.Fairness),
 		MaxPriority: d.MaxPriority, PriorityAgeMs: d.PriorityAgeBound.Milliseconds(),
 	}
+	if d.Borrowing.Enabled {
+		w.Borrow = &Borrowing{MaxBorrowed: d.Borrowing.MaxBorrowed, GraceMs: d.Borrowing.Grace.Milliseconds()}
+	}
+	return w
 }
 
 // Definition is the wire form back as a definition.Definition.
 func (w Definition) Definition() definition.Definition {
-	return definition.Definition{
+	d := definition.Definition{
 		Name: w.Name, Resource: w.Resource,
 		Caps: definition.Caps{Global: w.Global, Tenant: w.Tenant, Project: w.Project, User: w.User},
 		TTL:  time.Duration(w.TTLMs) * time.Millisecond, Wait: time.Duration(w.WaitMs) * time.Millisecond,
 		Inline: w.Inline, Fairness: definition.Fairness(w.Fairness),
 		MaxPriority: w.MaxPriority, PriorityAgeBound: time.Duration(w.PriorityAgeMs) * time.Millisecond,
 	}
+	if b := w.Borrow; b != nil {
+		d.Borrowing = definition.Borrowing{Enabled: true, MaxBorrowed: b.MaxBorrowed, Grace: time.Duration(b.GraceMs) * time.Millisecond}
+	}
+	return d
 }
 
 // WatchRequest waits for a version other than Version ("" answers at once).

@@ -85,6 +85,12 @@ type Holder struct {
 	// resource, so that the resource can refuse a holder that was reaped and replaced
 	// (docs/fencing.md). 0 for a holder not granted yet.
 	Fence int64
+	// Borrowed: the holder's tenant slot was granted above its tenant cap, from capacity
+	// other tenants left idle; it is the first to be reclaimed (docs/borrowing.md).
+	Borrowed bool
+	// ReclaimedFor names, on a holder revoked by a reclaim, the waiter the slot was taken for
+	// ("<tenant> waiter <id>"); empty otherwise.
+	ReclaimedFor string
 }
 
 // Counter is one counter document with the number of holders that book it.

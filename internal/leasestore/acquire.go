@@ -114,7 +114,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	if doc.Payload == nil {
 		doc.Payload = map[string]string{}
 	}
-	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority}
+	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow}
 	// While the first level has a line, a newcomer that may wait joins it at once: its
 	// increment would be refused (the count stays at the cap while anyone waits), and the
 	// write that queues it would follow.
@@ -146,6 +146,8 @@ type funnelRun struct {
 	waitTTL time.Duration
 	// priority is the request's (raised past the age bound by the waiting process).
 	priority int
+	// borrow: the acquisition may book its tenant level above the cap (borrow.go).
+	borrow *Borrow
 }
 
 // prio is the holder's priority in a line: the request's, or the one its document carries
@@ -161,6 +163,22 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 		ok, count, err := s.increment(ctx, l, resource, b.doc.Tenant)
 		if err != nil {
 			return lease.Holder{}, s.abandon(ctx, token, nil, err)
+		}
+		borrowed := false
+		if !ok && b.borrowable(i) {
+			if borrowed, err = b.borrowAt(ctx, i); err != nil {
+				return lease.Holder{}, s.abandon(ctx, token, nil, err)
+			}
+			ok = borrowed
+		}
+		if !ok && b.waitTTL > 0 && i > 0 && b.doc.BorrowKey == b.levels[i-1].key && b.borrowable(i-1) {
+			// A borrower does not wait at the global level: it waits at its tenant level.
+			claimed, err := b.unborrow(ctx, i-1)
+			if err != nil || !claimed {
+				return lease.Holder{}, err
+			}
+			i -= 1 // the tenant level is booked again (within its cap): the global level next
+			continue
 		}
 		if !ok {
 			busy := &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
@@ -191,6 +209,9 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 			}
 		}
 		update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
+		if borrowed {
+			update = b.borrowing(update, i)
+		}
 		res, err := s.holders.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}}, update)
 		if err != nil {

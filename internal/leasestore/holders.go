@@ -115,8 +115,17 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 		return doc.holder(), true, unavailable("releasing holder "+doc.ID, err)
 	}
 	keys := union(doc.booked(), extra)
+	borrowed := doc.BorrowKey != "" && slices.Contains(keys, doc.BorrowKey)
+	if borrowed { // given back last: its line's waiter goes on to the slots given back first
+		keys = slices.DeleteFunc(keys, func(k string) bool { return k == doc.BorrowKey })
+	}
 	if err := s.giveBack(ctx, keys, holdOf(doc)); err != nil {
 		return doc.holder(), true, err
+	}
+	if borrowed {
+		if err := s.giveBackBorrowed(ctx, doc.BorrowKey, doc.BorrowCap); err != nil {
+			return doc.holder(), true, err
+		}
 	}
 	// A holder handed a slot of the counter it was incrementing itself (grantKey and IncKey
 	// alike) may have taken two: only one is in keys, so Heal looks at it too.

@@ -407,6 +407,11 @@ type holderDoc struct {
 	IncKey string `bson:"incKey,omitempty"`
 	// Fence: the number the write that granted the holder gave it (fence.go); 0 until then.
 	Fence int64 `bson:"fence,omitempty"`
+	// BorrowKey: the tenant counter whose slot the holder took above the cap BorrowCap
+	// (borrow.go); absent for a holder within its caps, and so for every holder while
+	// borrowing is off.
+	BorrowKey string `bson:"borrowKey,omitempty"`
+	BorrowCap int    `bson:"borrowCap,omitempty"`
 }
 
 // stateReleased marks a holder whose slots are being given back (release, rollback, reap,
@@ -438,6 +443,7 @@ func (d holderDoc) holder() lease.Holder {
 		AcquiredAt: d.AcquiredAt,
 		LastSeenAt: d.LastSeenAt,
 		Fence:      d.Fence,
+		Borrowed:   d.BorrowKey != "",
 	}
 }
 

@@ -35,6 +35,29 @@ type AcquireRequest struct {
 	// (docs/waiting.md, "Priority"). 0 is the default and is not written. A waiter's Resume
 	// writes the priority it is given, so a waiter past its definition's age bound is raised.
 	Priority int
+	// Borrow, when set, lets the holder take its tenant slot above the tenant cap while the
+	// global level has room and nobody lines up there (docs/borrowing.md). It needs a tenant
+	// and a global level among Caps; nil is off, and the funnel is exactly as without it.
+	Borrow *Borrow
+}
+
+// Borrow is the borrowing an acquisition may do at its tenant level.
+type Borrow struct {
+	// MaxBorrowed bounds the slots its tenant holds above the tenant cap; 0: the global cap.
+	MaxBorrowed int
+}
+
+// ReclaimRequest asks for a borrowed slot on behalf of a waiter at the global level of
+// Resource (docs/borrowing.md, "Reclaim").
+type ReclaimRequest struct {
+	Resource string
+	// Tenant and TenantKey are the waiter's tenant and its tenant level's counter; TenantCap
+	// is that level's cap. A waiter whose tenant holds more than its cap is owed nothing.
+	Tenant    string
+	TenantKey string
+	TenantCap int
+	// For is the waiter's public holder ID, named in the revoked holder's ReclaimedFor.
+	For string
 }
 
 // HolderFilter selects holders for the operational reads; empty fields match everything.

@@ -168,8 +168,17 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 		return false, -1, unavailable("reading counter "+l.key, err)
 	}
 	s.sawLined(l.key)
+	i, limit, borrowed := b.index(l.key), l.Cap, false
 	if c.Count >= l.Cap {
-		return false, c.Count, nil
+		// Full: a waiter at its tenant level may still borrow (borrow.go).
+		if !b.borrowable(i) || c.Count >= b.borrowLimit(i) {
+			return false, c.Count, nil
+		}
+		room, err := b.globalHasRoom(ctx, i)
+		if err != nil || !room {
+			return false, c.Count, err
+		}
+		limit, borrowed = b.borrowLimit(i), true
 	}
 	inLine := bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}}
 	res, err := s.holders.UpdateOne(ctx, inLine, bson.D{{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}}})
@@ -180,7 +189,7 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 		return false, -1, nil // out of the line already: Resume reads why
 	}
 	res, err = s.counters.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}, countBy(1))
+		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}}, countBy(1))
 	if err != nil {
 		return false, -1, unavailable("incrementing "+l.key, err) // IncKey stays: Heal counts the slot as maybe taken
 	}
@@ -195,14 +204,13 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 	if err := s.fault(StepClaimIncremented, l.key); err != nil {
 		return false, -1, unavailable("claiming "+l.key, err)
 	}
-	if c.LinedPrio > b.prio() {
+	if c.LinedPrio > b.prio() && !borrowed { // a borrowed slot is owed to nobody
 		// A waiter of higher priority tried this level lately: the room is its, and goes
 		// to it by a hand-over, as a freed slot would.
 		if passed, err := b.passUp(ctx, l); passed || err != nil {
 			return false, l.Cap, err
 		}
 	}
-	i := b.index(l.key)
 	state, fence := lease.StatePending, int64(0)
 	if i == len(b.levels)-1 {
 		state = lease.StateHeld
@@ -212,6 +220,9 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 	}
 	update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
 	update = unsetting(update, "waitKey", "waitCap", "waitExp", "grantState")
+	if borrowed {
+		update = b.borrowing(update, i)
+	}
 	res, err = s.holders.UpdateOne(ctx, inLine, update)
 	if err != nil {
 		// Ambiguous: the holder may have left the line with the key. Either way it counts
@@ -317,7 +328,7 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 	}
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority}
+	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow}
 	renew := bson.D{{Key: "waitExp", Value: time.Now().Add(req.WaitTTL)}}
 	if req.Priority > 0 { // raised past the age bound, or as it was: its place in the line
 		renew = append(renew, bson.E{Key: "priority", Value: req.Priority})
@@ -521,6 +532,12 @@ func (s *Store) handOver(ctx context.Context, keys []string, hold holdSample) ([
 //
 // more narrows the waiters it may hand to (passUp: those of a higher priority).
 func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, hold holdSample, more ...bson.E) ([]string, error) {
+	return s.handOverMarked(ctx, resource, keys, hold, nil, more...)
+}
+
+// handOverMarked is handOverOf that also sets mark on the waiter it hands to (a borrowed
+// slot's borrowKey and borrowCap: borrow.go).
+func (s *Store) handOverMarked(ctx context.Context, resource string, keys []string, hold holdSample, mark bson.D, more ...bson.E) ([]string, error) {
 	rest := slices.Clone(keys)
 	var grants []Grant
 	var origins []string
@@ -544,7 +561,7 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 				// The waiter's state becomes the one it asked for when it queued: HELD
 				// at its last level, whose acquisition this write completes.
 				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}, {Key: "grantState", Value: "state"}}},
-				{Key: "$set", Value: bson.D{{Key: "fence", Value: fence}}},
+				{Key: "$set", Value: append(bson.D{{Key: "fence", Value: fence}}, mark...)},
 				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}, {Key: "waitCap", Value: ""}}},
 				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 			},

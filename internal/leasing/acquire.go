@@ -75,6 +75,9 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		TTL:       def.TTL,
 		Priority:  req.Priority,
 	}
+	if def.Borrows() {
+		sreq.Borrow = &leasestore.Borrow{MaxBorrowed: def.Borrowing.MaxBorrowed}
+	}
 	current := func(ctx context.Context) (*definition.Definition, error) {
 		d, err := s.resolve(ctx, req) // a cache hit unless a definition changed
 		if err != nil || d == def {
@@ -84,7 +87,7 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 	}
 	label := s.labels.of(def.Resource)
 	s.metrics.Waiting.WithLabelValues(label).Inc()
-	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued, aging{bound: def.PriorityAgeBound, since: start})
+	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued, aging{bound: def.PriorityAgeBound, since: start, reclaim: reclaimOf(def, req)})
 	s.metrics.Waiting.WithLabelValues(label).Dec()
 	var changed *definitionChanged
 	if errors.As(err, &changed) {

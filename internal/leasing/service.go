@@ -42,6 +42,9 @@ type Store interface {
 	// Probe reads the funnel's counters and returns the first full level, narrow to wide,
 	// or nil; it writes nothing (the dry run).
 	Probe(ctx context.Context, resource string, caps []lease.LevelCap, tenant, project, user string) (*lease.BusyError, error)
+	// Reclaim revokes a borrowed slot for a waiter at the global level whose tenant is
+	// within its cap (docs/borrowing.md).
+	Reclaim(ctx context.Context, req leasestore.ReclaimRequest) (lease.Holder, bool, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)

@@ -9,7 +9,9 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/waitq"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // An acquisition's waiting path, top to bottom (docs/waiting.md).
@@ -182,6 +184,12 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 				d = max(e, minExpiryLook)
 			}
 		}
+		// A waiter owed a reclaim looks when its grace ends (docs/borrowing.md).
+		if at, ok := age.reclaim.due(busy, age.since); ok {
+			if e := at.Sub(s.clk.Now()); e < d {
+				d = max(e, minExpiryLook)
+			}
+		}
 		woke, key := w.Wait(ctx, s.clk, d, deadline)
 		switch woke {
 		case waitq.Deadline:
@@ -217,6 +225,9 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			return h, nil
 		case errors.As(err, &waiting):
 			busy = busyOf(waiting.Busy)
+			if at, ok := age.reclaim.due(busy, age.since); ok && !s.clk.Now().Before(at) {
+				s.reclaim(ctx, req, age.reclaim, lease.HolderID(token))
+			}
 		case errors.Is(err, leasestore.ErrNotWaiting):
 			return lease.Holder{}, &startOver{busy: busy}
 		default:
@@ -233,6 +244,8 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 type aging struct {
 	bound time.Duration
 	since time.Time
+	// reclaim: the acquisition's borrowing reclaim, nil when its definition does not borrow.
+	reclaim *reclaiming
 }
 
 // priority is the priority a waiter asking for p has at now.
@@ -241,6 +254,60 @@ func (a aging) priority(p int, now time.Time) int {
 		return definition.MaxPriority
 	}
 	return p
+}
+
+// reclaiming is what a waiter of a borrowing definition needs to reclaim a borrowed slot.
+type reclaiming struct {
+	grace     time.Duration
+	tenantKey string
+	tenantCap int
+}
+
+// reclaimOf is the reclaim of an acquisition of req under def, nil when def does not borrow.
+func reclaimOf(def definition.Definition, req Request) *reclaiming {
+	if !def.Borrows() {
+		return nil
+	}
+	return &reclaiming{
+		grace:     def.Borrowing.Grace,
+		tenantKey: lease.CounterKey(def.Resource, lease.LevelTenant, lease.ScopeOf(lease.LevelTenant, req.Tenant, req.Project, req.User)),
+		tenantCap: def.Caps.Tenant,
+	}
+}
+
+// due is when a waiter that started waiting at since and waits where busy says may have a
+// borrowed slot reclaimed for it: at the end of the grace, and only at the global level
+// (a waiter there has booked its tenant level within the cap: a borrower never waits there).
+func (r *reclaiming) due(busy *lease.BusyError, since time.Time) (time.Time, bool) {
+	if r == nil || busy == nil || busy.Level != lease.LevelGlobal {
+		return time.Time{}, false
+	}
+	return since.Add(r.grace), true
+}
+
+// reclaim asks the store, on its own goroutine, to revoke a borrowed slot for the waiter
+// with public ID id; the revoked holder goes to the revocation listener with reason reclaim.
+// The waiter is handed the freed global slot by the release's hand-over (or the next
+// waiter ahead of it is): it does not wait for this call. Each look of the waiter asks at
+// most once, so a waiter reclaims at most one slot a safety period.
+func (s *Service) reclaim(ctx context.Context, req leasestore.AcquireRequest, r *reclaiming, id string) {
+	cctx := context.WithoutCancel(ctx)
+	s.background.Go(func() {
+		h, ok, err := s.store.Reclaim(cctx, leasestore.ReclaimRequest{
+			Resource: req.Resource, Tenant: req.Tenant, TenantKey: r.tenantKey, TenantCap: r.tenantCap, For: id,
+		})
+		if err != nil {
+			logf.FromContext(cctx).Error(err, "Reclaim failed", "resource", req.Resource, "waiter", id)
+		}
+		if !ok {
+			return
+		}
+		if s.listener == nil { // otherwise the listener counts it, as for every reap path
+			s.metrics.Reap.WithLabelValues(metrics.ReapReclaim).Inc()
+		}
+		s.tokens.forget(h.Token)
+		s.dispatch(cctx, metrics.ReapReclaim, []lease.Holder{h})
+	})
 }
 
 // call runs f on its own goroutine under the store's timeout (not ctx) and waits for it until

@@ -54,6 +54,7 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 			AcquiredAt: metav1.NewTime(h.AcquiredAt),
 			LastSeenAt: metav1.NewTime(h.LastSeenAt),
 			Fence:      h.Fence,
+			Borrowed:   h.Borrowed,
 		},
 	}
 	if h.Pod.String() != "" {

@@ -71,7 +71,7 @@ func TestKubectl(t *testing.T) {
 	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lh", sel, "-o", "wide")
 	lines = strings.Split(strings.TrimSpace(out), "\n")
 	header := fields(lines[0])
-	if got := strings.Join(header[len(wantHeader):], " "); got != "TENANT LEASE POD-BOUND HOLDER-REF LEVELS" {
+	if got := strings.Join(header[len(wantHeader):], " "); got != "TENANT LEASE POD-BOUND HOLDER-REF LEVELS BORROWED" {
 		t.Errorf("wide columns = %q", got)
 	}
 	if row := fields(lines[1]); len(row) < 14 || row[12] != "acme" || row[13] != res {

@@ -32,6 +32,7 @@ var holderColumns = []metav1.TableColumnDefinition{
 	{Name: "Pod-Bound", Type: "boolean", Priority: 1, Description: "Whether the lease dies with its pod."},
 	{Name: "Holder-Ref", Type: "string", Priority: 1, Description: "The caller's reference."},
 	{Name: "Levels", Type: "string", Priority: 1, Description: "The booked counter keys."},
+	{Name: "Borrowed", Type: "boolean", Priority: 1, Description: "Whether the tenant slot was granted above the tenant cap (docs/borrowing.md)."},
 }
 
 // Columns of `kubectl get leasecounters`.
@@ -120,7 +121,7 @@ func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 				h.Status.State, h.Status.Fence, since(h.Status.AcquiredAt, now), since(h.Status.LastSeenAt, now),
 				duration.HumanDuration(time.Duration(h.Spec.TTLSeconds) * time.Second),
 				h.Spec.Tenant, h.Spec.Lease, h.Spec.PodBound, orNone(h.Spec.HolderRef),
-				strings.Join(h.Status.Levels, ","),
+				strings.Join(h.Status.Levels, ","), h.Status.Borrowed,
 			},
 			Object: runtime.RawExtension{Object: h},
 		})

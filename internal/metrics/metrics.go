@@ -38,6 +38,9 @@ const (
 	ReapIdle   = "idle"
 	ReapPod    = "pod"
 	ReapRevoke = "revoke"
+	// ReapReclaim: a borrowed slot revoked for a waiter of a tenant within its cap
+	// (docs/borrowing.md).
+	ReapReclaim = "reclaim"
 
 	ReconcileCorrected = "corrected"
 )

@@ -33,6 +33,8 @@ type HolderView struct {
 	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
 	// Fence is the grant's fencing token (0 before the grant).
 	Fence int64 `json:"fence,omitempty"`
+	// Borrowed: the tenant slot was granted above the tenant cap (docs/borrowing.md).
+	Borrowed bool `json:"borrowed,omitempty"`
 }
 
 // HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
@@ -59,6 +61,7 @@ func HolderViewOf(h lease.Holder) HolderView {
 		AcquiredAt: h.AcquiredAt.UTC(),
 		LastSeenAt: h.LastSeenAt.UTC(),
 		Fence:      h.Fence,
+		Borrowed:   h.Borrowed,
 	}
 }
 

@@ -347,6 +347,10 @@ func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, u
 	case forwardErr != nil:
 		note = "agent unreachable; " + note
 	}
+	if h.ReclaimedFor != "" {
+		// Who reclaimed what (docs/borrowing.md): the slot was borrowed above the tenant's cap.
+		note = fmt.Sprintf("borrowed above tenant %s's cap, reclaimed for %s; %s", h.Tenant, h.ReclaimedFor, note)
+	}
 	d.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventReasonRevoked, actionVerb(action),
 		"%s revoked (%s): %s", subject, reason, note)
 }

@@ -34,7 +34,7 @@ type Revocation struct {
 	Resource  string
 	LeaseName string
 	HolderRef string
-	// Reason is idle, pod or revoke.
+	// Reason is idle, pod, revoke or reclaim.
 	Reason   string
 	Pod      lease.PodRef
 	PodBound bool

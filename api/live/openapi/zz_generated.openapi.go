@@ -721,6 +721,13 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref common.Refere
 							Format:      "int64",
 						},
 					},
+					"borrowed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "borrowed is true when the holder's tenant slot was granted above its tenant cap, from capacity other tenants left idle; it is reclaimed first (docs/borrowing.md).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 					"podAlive": {
 						SchemaProps: spec.SchemaProps{
 							Description: "podAlive is \"True\" or \"False\" as the manager's pod watcher sees the pod, \"Unknown\" when this server has no pod view, empty for a holder without a pod.",

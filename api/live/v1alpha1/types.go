@@ -88,6 +88,10 @@ type LeaseHolderStatus struct {
 	// resource; 0 before the grant.
 	// +optional
 	Fence int64 `json:"fence,omitempty"`
+	// borrowed is true when the holder's tenant slot was granted above its tenant cap, from
+	// capacity other tenants left idle; it is reclaimed first (docs/borrowing.md).
+	// +optional
+	Borrowed bool `json:"borrowed,omitempty"`
 	// podAlive is "True" or "False" as the manager's pod watcher sees the pod, "Unknown"
 	// when this server has no pod view, empty for a holder without a pod.
 	// +optional

@@ -81,6 +81,9 @@ func LayerFrom(ld *leasev1alpha1.LeaseDefinition) definition.Layer {
 		MaxPriority:             ld.Spec.MaxPriority,
 		PriorityAgeBoundSeconds: ld.Spec.PriorityAgeBoundSeconds,
 	}
+	if b := ld.Spec.Borrowing; b != nil {
+		l.Borrowing = definition.BorrowingLayer{Enabled: b.Enabled, MaxBorrowed: b.MaxBorrowed, GraceSeconds: b.GraceSeconds}
+	}
 	if lv := ld.Spec.Levels; lv != nil {
 		l.Levels = definition.Levels{Global: lv.Global, Tenant: lv.Tenant, Project: lv.Project, User: lv.User}
 	}

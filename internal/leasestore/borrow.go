@@ -1,0 +1,243 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Borrowing (docs/borrowing.md). A tenant level that refuses may still grant, above its cap,
+// when the acquisition may borrow (AcquireRequest.Borrow) and the global level, the next and
+// last of the funnel, has room and no line: the tenant counter is incremented up to its cap
+// plus the borrowing limit, and the holder records the borrowed slot (borrowKey, borrowCap) in
+// the write that books it. Every other level stays exact: the global counter is incremented
+// as always, on the condition that it is below its cap.
+//
+// A borrower never waits at the global level: refused there (the global level filled between
+// the look and the increment, or the borrowed slot was handed over while another tenant's
+// waiter took the global one), it gives the borrowed slot back and waits at its tenant level
+// instead (unborrow). So the global line holds only waiters within their tenant caps, and a
+// borrowed slot that comes back to the tenant line is handed over with its mark.
+
+// borrowable reports whether level i may grant above its cap: it is the tenant level, the
+// acquisition may borrow, and the global level follows as the funnel's last.
+func (b *funnelRun) borrowable(i int) bool {
+	return b.borrow != nil && i >= 0 && i+2 == len(b.levels) &&
+		b.levels[i].Level == lease.LevelTenant && b.levels[i+1].Level == lease.LevelGlobal
+}
+
+// borrowLimit is the count the tenant level i may reach by borrowing: its cap plus the
+// borrowing limit, or plus the global cap when the limit is 0 (the global level bounds it).
+func (b *funnelRun) borrowLimit(i int) int {
+	extra := b.borrow.MaxBorrowed
+	if extra <= 0 {
+		extra = b.levels[i+1].Cap
+	}
+	return b.levels[i].Cap + extra
+}
+
+// globalHasRoom is the borrowing's guard: the global level after the tenant level i is below
+// its cap and not lined. While a waiter lines up at the global level its count stays at the
+// cap, so room there means no waiter of any tenant stands in its line. It is a hint: a
+// borrower refused at the global level after all gives its slot back (unborrow), and a waiter
+// that lines up after the look is served by reclaim.
+func (b *funnelRun) globalHasRoom(ctx context.Context, i int) (bool, error) {
+	g := b.levels[i+1]
+	var c counterDoc
+	err := b.store.counters.FindOne(ctx, bson.D{{Key: "_id", Value: g.key}},
+		options.FindOne().SetProjection(bson.D{{Key: "count", Value: 1}, {Key: "lined", Value: 1}})).Decode(&c)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return true, nil
+	case err != nil:
+		return false, unavailable("reading counter "+g.key, err)
+	}
+	return c.Count < g.Cap && !c.Lined, nil
+}
+
+// borrowAt tries to book the tenant level i above its cap, the holder naming it in IncKey
+// already (the funnel writes the next counter before it increments it). ok: the slot is
+// booked and is borrowed.
+func (b *funnelRun) borrowAt(ctx context.Context, i int) (ok bool, err error) {
+	room, err := b.globalHasRoom(ctx, i)
+	if err != nil || !room {
+		return false, err
+	}
+	l := b.levels[i]
+	res, err := b.store.counters.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: b.borrowLimit(i)}}}}, countBy(1))
+	if err != nil {
+		return false, unavailable("borrowing on "+l.key, err)
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// borrowing adds the borrowed slot of level i to the $set of the write that books it.
+func (b *funnelRun) borrowing(update bson.D, i int) bson.D {
+	l := b.levels[i]
+	b.doc.BorrowKey, b.doc.BorrowCap = l.key, l.Cap
+	return setting(update, bson.E{Key: "borrowKey", Value: l.key}, bson.E{Key: "borrowCap", Value: l.Cap})
+}
+
+// setting adds fields to the $set of update (creating it).
+func setting(update bson.D, fields ...bson.E) bson.D {
+	for i, e := range update {
+		if e.Key == "$set" {
+			update[i].Value = append(slices.Clip(e.Value.(bson.D)), fields...)
+			return update
+		}
+	}
+	return append(update, bson.E{Key: "$set", Value: bson.D(fields)})
+}
+
+// unborrow follows a refusal at the global level of a holder that borrowed its tenant level
+// ti: it gives the borrowed slot back and waits in the tenant level's line, keeping its place.
+// The holder names the slot in IncKey from the write that drops it from its levels until the
+// write that queues it, so that a crash in between leaves a slot Heal can account for.
+// claimed is true when the holder booked the tenant level again after all (within its cap).
+func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed bool, err error) {
+	s, token, l := b.store, b.doc.ID, b.levels[ti]
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "borrowKey", Value: l.key}},
+		bson.D{
+			{Key: "$pull", Value: bson.D{{Key: "levels", Value: l.key}}},
+			{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}},
+			{Key: "$unset", Value: bson.D{{Key: "borrowKey", Value: ""}, {Key: "borrowCap", Value: ""}}},
+		})
+	switch {
+	case err != nil:
+		return false, s.abandon(ctx, token, nil, unavailable("returning the slot borrowed on "+l.key, err))
+	case res.MatchedCount == 0:
+		return false, unavailable("returning the slot borrowed on "+l.key, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+	}
+	b.doc.Levels = slices.DeleteFunc(slices.Clone(b.doc.Levels), func(k string) bool { return k == l.key })
+	b.doc.BorrowKey, b.doc.BorrowCap, b.doc.IncKey = "", 0, l.key
+	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter.
+	if _, err := s.counters.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}, countBy(-1)); err != nil {
+		return false, s.abandon(ctx, token, nil, unavailable("returning the slot borrowed on "+l.key, err))
+	}
+	busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}
+	return b.wait(ctx, l, busy)
+}
+
+// giveBackBorrowed returns the slot a released holder borrowed at key: to the first live
+// waiter of the tenant's line, which takes the mark with it (its tenant is still above its
+// cap by that slot), or to the counter.
+func (s *Store) giveBackBorrowed(ctx context.Context, key string, borrowCap int) error {
+	r, _, _ := strings.Cut(key, "|")
+	rest, err := s.handOverMarked(ctx, r, []string{key}, holdSample{},
+		bson.D{{Key: "borrowKey", Value: key}, {Key: "borrowCap", Value: borrowCap}})
+	if err != nil {
+		return err
+	}
+	return s.decrementUnlined(ctx, rest)
+}
+
+// Reclaim takes a borrowed slot back for a waiter at the global level of req.Resource whose
+// tenant holds no more than its cap: it revokes the most recently granted (highest fence)
+// borrowed holder of another tenant whose tenant still holds more than the cap it borrowed
+// above, so no holder within its tenant's cap is revoked. Its slots are given back as in any
+// revocation: the global one to the first live waiter of the global line. ok is false when
+// nothing was revoked (the waiter is owed nothing, or nobody borrows). Marks that no longer
+// stand for a slot above a cap (a holder of the tenant released since) are dropped on the
+// way, oldest first, so that BORROWED shows the holders a reclaim would take.
+func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	own, err := s.count(ctx, req.TenantKey)
+	if err != nil || own > req.TenantCap {
+		return lease.Holder{}, false, err
+	}
+	docs, err := s.borrowers(ctx, req.Resource, req.Tenant)
+	if err != nil || len(docs) == 0 {
+		return lease.Holder{}, false, err
+	}
+	counts, err := s.countsOf(ctx, docs)
+	if err != nil {
+		return lease.Holder{}, false, err
+	}
+	// docs are newest first: per borrowed counter, the first count-cap of them stand for the
+	// slots above the cap; any further mark is stale.
+	above := map[string]int{}
+	var stale []string
+	var victim *holderDoc
+	for i := range docs {
+		d := &docs[i]
+		if above[d.BorrowKey] >= counts[d.BorrowKey]-d.BorrowCap {
+			stale = append(stale, d.ID)
+			continue
+		}
+		above[d.BorrowKey]++
+		if victim == nil {
+			victim = d
+		}
+	}
+	if len(stale) > 0 {
+		if _, err := s.holders.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: stale}}}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: "borrowKey", Value: ""}, {Key: "borrowCap", Value: ""}}}}); err != nil {
+			return lease.Holder{}, false, unavailable("dropping stale borrowed marks", err)
+		}
+	}
+	if victim == nil {
+		return lease.Holder{}, false, nil
+	}
+	h, ok, err := s.releaseHolder(ctx, bson.D{
+		{Key: "_id", Value: victim.ID}, {Key: "state", Value: string(lease.StateHeld)}, {Key: "borrowKey", Value: victim.BorrowKey},
+	}, nil, "")
+	if ok {
+		h.ReclaimedFor = req.Tenant + " waiter " + req.For
+	}
+	return h, ok, err
+}
+
+// borrowers reads the held, borrowed holders of resource of tenants other than tenant,
+// newest grant first.
+func (s *Store) borrowers(ctx context.Context, resource, tenant string) ([]holderDoc, error) {
+	cur, err := s.holders.Find(ctx, bson.D{
+		{Key: "resource", Value: resource},
+		{Key: "state", Value: string(lease.StateHeld)},
+		{Key: "borrowKey", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "tenant", Value: bson.D{{Key: "$ne", Value: tenant}}},
+	}, options.Find().SetSort(bson.D{{Key: "fence", Value: -1}}).
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1}, {Key: "fence", Value: 1}}))
+	if err != nil {
+		return nil, unavailable("reading the borrowers of "+resource, err)
+	}
+	var docs []holderDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("reading the borrowers of "+resource, err)
+	}
+	return docs, nil
+}
+
+// countsOf reads the counts of the counters the holders borrowed at, in one round trip.
+func (s *Store) countsOf(ctx context.Context, docs []holderDoc) (map[string]int, error) {
+	var keys bson.A
+	for _, d := range docs {
+		if !slices.Contains(keys, any(d.BorrowKey)) {
+			keys = append(keys, d.BorrowKey)
+		}
+	}
+	cur, err := s.counters.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}},
+		options.Find().SetProjection(bson.D{{Key: "count", Value: 1}}))
+	if err != nil {
+		return nil, unavailable("reading the borrowed counters", err)
+	}
+	var cs []counterDoc
+	if err := cur.All(ctx, &cs); err != nil {
+		return nil, unavailable("reading the borrowed counters", err)
+	}
+	out := make(map[string]int, len(cs))
+	for _, c := range cs {
+		out[c.ID] = c.Count
+	}
+	return out, nil
+}
