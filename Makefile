@@ -120,6 +120,8 @@ bench: mongodev ## Run the benchmarks (store round trips per operation, contenti
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'ContendedWaiting' -benchtime 100x ./internal/leasing/
 	# Waiting (docs/waiting.md): fixed-length runs, about two minutes.
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'PeerWorkload|Handoff|FullLevel' -benchtime 1x ./internal/leasing/
+	# Borrowing (docs/borrowing.md): the burst of issue 21, about 20 s.
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'Borrowing' -benchtime 1x ./internal/leasing/
 	KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 		go test -run '^$$' -bench . -benchtime 20x ./internal/liveapi/
 	# What callers that are no pod cost the API server (docs/operations.md, "Pod identity"), under a minute.

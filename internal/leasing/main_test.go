@@ -70,6 +70,9 @@ type leaseDef struct {
 	ttlSeconds, waitMs            int32
 	fairness                      definition.Fairness // unset: the default
 	maxPriority, ageBoundSeconds  int32
+	// borrowing switches borrowing on with graceSeconds (docs/borrowing.md).
+	borrowing    bool
+	graceSeconds int32
 }
 
 func (d leaseDef) layer() definition.Layer {
@@ -95,6 +98,10 @@ func (d leaseDef) layer() definition.Layer {
 		l.Fairness = &d.fairness
 	}
 	l.MaxPriority, l.PriorityAgeBoundSeconds = set(d.maxPriority), set(d.ageBoundSeconds)
+	if d.borrowing {
+		on, grace := true, d.graceSeconds
+		l.Borrowing = definition.BorrowingLayer{Enabled: &on, GraceSeconds: &grace}
+	}
 	return l
 }
 

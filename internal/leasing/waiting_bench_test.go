@@ -155,20 +155,36 @@ func acquireHTTPAs(base, leaseName, tenant, user string, waitMs int64) (string, 
 }
 
 func releaseHTTP(base, token string) error {
+	_, err := releaseOutcomeHTTP(base, token)
+	return err
+}
+
+// releaseOutcomeHTTP sends DELETE /v1/leases/{token} and returns the answer's outcome: "ok",
+// or "already-released" when the holder was gone (released, reaped or revoked).
+func releaseOutcomeHTTP(base, token string) (string, error) {
 	req, err := http.NewRequest(http.MethodDelete, base+"/v1/leases/"+token, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	resp, err := benchClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("release: status %d", resp.StatusCode)
+		return "", fmt.Errorf("release: status %d", resp.StatusCode)
 	}
-	return nil
+	var o struct {
+		Outcome string `json:"outcome"`
+	}
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return "", fmt.Errorf("release: %w", err)
+	}
+	return o.Outcome, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
