@@ -30,6 +30,7 @@ type acquireRequest struct {
 	PodBound  bool              `json:"podBound,omitempty"`
 	Payload   map[string]string `json:"payload,omitempty"`
 	WaitMs    *int64            `json:"waitMs,omitempty"`
+	Priority  int               `json:"priority,omitempty"`
 }
 
 // withWait returns r with waitMs set.
