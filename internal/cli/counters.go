@@ -24,6 +24,9 @@ type counterJSON struct {
 	// Drift is count - booked: positive blocks slots nobody holds, negative lets the cap be
 	// exceeded. 0 is no drift.
 	Drift int `json:"drift"`
+	// Borrowed is the number of booking holders whose slot was granted above the cap
+	// (docs/borrowing.md).
+	Borrowed int `json:"borrowed"`
 	// Waiting is the number of acquisitions waiting in the counter's line.
 	Waiting   int       `json:"waiting"`
 	UpdatedAt time.Time `json:"updatedAt,omitzero"`
@@ -48,8 +51,10 @@ contain the counter, the value reconcile corrects COUNT to. A difference (DRIFT,
 is not a display error: it is left by a crash between an increment and its holder update, or
 between a holder's deletion and its decrement. Positive drift blocks slots nobody holds; negative drift lets the
 cap be exceeded. The sweep's reconcile repairs counters unchanged for the safety margin
-(default 60s); kubectl lease reconcile does it now. UPDATED is the time since the counter last
-changed.
+(default 60s); kubectl lease reconcile does it now. BORROWED is the number of booking holders
+whose slot of a tenant counter was granted above its cap, from capacity other tenants left idle
+(they are reclaimed first). WAITING is the number of acquisitions in the counter's line.
+UPDATED is the time since the counter last changed.
 
 --tenant shows the tenant's tenant, project and user counters; the global level belongs to no
 tenant and is left out.`,
@@ -82,7 +87,7 @@ tenant and is left out.`,
 				for _, c := range counters {
 					views = append(views, counterJSON{
 						Key: c.Key, Resource: c.Resource, Level: string(c.Level), Scope: c.Scope,
-						Count: c.Count, Booked: c.Booked, Drift: c.Count - c.Booked, Waiting: c.Waiting, UpdatedAt: c.UpdatedAt.UTC(),
+						Count: c.Count, Booked: c.Booked, Drift: c.Count - c.Booked, Borrowed: c.Borrowed, Waiting: c.Waiting, UpdatedAt: c.UpdatedAt.UTC(),
 					})
 				}
 				return writeJSON(o.streams.Out, views)
@@ -129,10 +134,10 @@ func parseLevel(s string) (lease.Level, error) {
 
 // renderCounters writes the counter table; now is the server's time.
 func renderCounters(w io.Writer, now time.Time, counters []lease.Counter) error {
-	t := newTable(w, "RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "WAITING", "UPDATED")
+	t := newTable(w, "RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "BORROWED", "WAITING", "UPDATED")
 	for _, c := range counters {
 		t.row(c.Resource, string(c.Level), c.Scope, strconv.Itoa(c.Count), strconv.Itoa(c.Booked), driftMarker(c),
-			strconv.Itoa(c.Waiting), age(now, c.UpdatedAt))
+			strconv.Itoa(c.Borrowed), strconv.Itoa(c.Waiting), age(now, c.UpdatedAt))
 	}
 	return t.flush()
 }

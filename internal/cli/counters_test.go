@@ -49,30 +49,30 @@ func TestCountersShowDrift(t *testing.T) {
 		want  [][]string
 	}{
 		{name: "all", want: [][]string{
-			{"q", "global", "*", "1", "1", "-", "0"},
-			{"r", "global", "*", "2", "1", "+1", "0"},
-			{"r", "project", "acme/p", "2", "1", "+1", "0"},
-			{"r", "tenant", "acme", "2", "1", "+1", "0"},
-			{"r", "user", "acme/u", "2", "1", "+1", "0"},
+			{"q", "global", "*", "1", "1", "-", "0", "0"},
+			{"r", "global", "*", "2", "1", "+1", "0", "0"},
+			{"r", "project", "acme/p", "2", "1", "+1", "0", "0"},
+			{"r", "tenant", "acme", "2", "1", "+1", "0", "0"},
+			{"r", "user", "acme/u", "2", "1", "+1", "0", "0"},
 		}},
 		{name: "global level", flags: []string{"--level", "global"}, want: [][]string{
-			{"q", "global", "*", "1", "1", "-", "0"},
-			{"r", "global", "*", "2", "1", "+1", "0"},
+			{"q", "global", "*", "1", "1", "-", "0", "0"},
+			{"r", "global", "*", "2", "1", "+1", "0", "0"},
 		}},
 		{name: "tenant leaves out global", flags: []string{"--tenant", "acme"}, want: [][]string{
-			{"r", "project", "acme/p", "2", "1", "+1", "0"},
-			{"r", "tenant", "acme", "2", "1", "+1", "0"},
-			{"r", "user", "acme/u", "2", "1", "+1", "0"},
+			{"r", "project", "acme/p", "2", "1", "+1", "0", "0"},
+			{"r", "tenant", "acme", "2", "1", "+1", "0", "0"},
+			{"r", "user", "acme/u", "2", "1", "+1", "0", "0"},
 		}},
 		{name: "resource without drift", flags: []string{"--resource", "q"}, want: [][]string{
-			{"q", "global", "*", "1", "1", "-", "0"},
+			{"q", "global", "*", "1", "1", "-", "0", "0"},
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustRun(t, operatorEnv(), args(s, append([]string{"counters"}, tc.flags...)...)...)
 			rows := tableRows(r.stdout)
-			if diff := cmp.Diff([]string{"RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "WAITING", "UPDATED"}, rows[0]); diff != "" {
+			if diff := cmp.Diff([]string{"RESOURCE", "LEVEL", "SCOPE", "COUNT", "BOOKED", "DRIFT", "BORROWED", "WAITING", "UPDATED"}, rows[0]); diff != "" {
 				t.Fatalf("header (-want +got):\n%s", diff)
 			}
 			// Leave out UPDATED, the last cell, which depends on time.
@@ -101,7 +101,7 @@ func TestCountersShowDrift(t *testing.T) {
 		type counterJSON struct {
 			Key, Resource, Level, Scope string
 			Count, Booked, Drift        int
-			Waiting                     int
+			Borrowed, Waiting           int
 			UpdatedAt                   time.Time
 		}
 		got := decodeStrict[[]counterJSON](t, r.stdout)
@@ -120,6 +120,34 @@ func TestCountersShowDrift(t *testing.T) {
 	t.Run("bad level", func(t *testing.T) {
 		mustFail(t, operatorEnv(), args(s, "counters", "--level", "pod"), `--level "pod": want user, project, tenant or global`)
 	})
+}
+
+// TestCountersShowBorrowed: BORROWED counts the holders of a tenant counter granted above its
+// cap (docs/borrowing.md), in the table and in JSON, through the live API.
+func TestCountersShowBorrowed(t *testing.T) {
+	s := newStore(t)
+	for i, user := range []string{"u1", "u2", "u3"} {
+		req := request("b", "acme", user, podA, []lease.LevelCap{{Level: lease.LevelTenant, Cap: 1}, {Level: lease.LevelGlobal, Cap: 4}})
+		req.Borrow = &leasestore.Borrow{}
+		if h := mustAcquire(t, s.Store, req); h.Borrowed != (i > 0) {
+			t.Fatalf("holder %d borrowed %v, want %v", i, h.Borrowed, i > 0)
+		}
+	}
+	r := mustRun(t, operatorEnv(), args(s, "counters", "--resource", "b")...)
+	got := columns(t, r.stdout, "LEVEL", "SCOPE", "COUNT", "BOOKED", "BORROWED")
+	want := [][]string{{"global", "*", "3", "3", "0"}, {"tenant", "acme", "3", "3", "2"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("counters (-want +got):\n%s", diff)
+	}
+	r = mustRun(t, operatorEnv(), args(s, "counters", "--resource", "b", "--level", "tenant", "-o", "json")...)
+	if got := decodeStrict[[]struct {
+		Key, Resource, Level, Scope    string
+		Count, Booked, Drift, Borrowed int
+		Waiting                        int
+		UpdatedAt                      time.Time
+	}](t, r.stdout); len(got) != 1 || got[0].Borrowed != 2 {
+		t.Errorf("counters -o json: %+v, want the tenant counter with borrowed 2", got)
+	}
 }
 
 func TestReconcileDirect(t *testing.T) {

@@ -108,6 +108,10 @@ type Counter struct {
 	// the level full and wait for one of its slots (the count stays at the cap while anyone
 	// waits, so that newcomers queue behind them).
 	Waiting int
+	// Borrowed is the number of the booking holders that took their slot of this counter
+	// above its cap, from capacity other tenants left idle: only a tenant counter has them
+	// (docs/borrowing.md).
+	Borrowed int
 	// BookedBy are the distinct definitions the booking holders were admitted under, sorted;
 	// the live API derives the counter's cap from them (docs/live-api.md, "Caps").
 	BookedBy []DefinitionRef

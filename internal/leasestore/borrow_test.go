@@ -79,6 +79,43 @@ func withBorrow(r leasestore.AcquireRequest, b *leasestore.Borrow) leasestore.Ac
 	return r
 }
 
+// TestCountersShowTheBorrowedSlots: a counter's Borrowed is the number of its booking
+// holders marked borrowed at it: a tenant's slots above its cap on its tenant counter, none on
+// the global counter or another tenant's, and one fewer when a borrowed holder is released.
+func TestCountersShowTheBorrowedSlots(t *testing.T) {
+	s := newStore(t)
+	var borrowers []lease.Holder
+	for i := range 4 {
+		if h := mustAcquire(t, s, borrowReq("a", i, pdfCaps)); h.Borrowed {
+			borrowers = append(borrowers, h)
+		}
+	}
+	mustAcquire(t, s, borrowReq("b", 0, pdfCaps))
+	borrowed := func() map[string][2]int {
+		t.Helper()
+		cs, err := s.ListCounters(ctxT(t), leasestore.CounterFilter{Resource: "pdf"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][2]int{}
+		for _, c := range cs {
+			out[c.Key] = [2]int{c.Booked, c.Borrowed}
+		}
+		return out
+	}
+	want := map[string][2]int{tenantKey("a"): {4, 2}, tenantKey("b"): {1, 0}, pdfGlobal: {5, 0}}
+	if diff := cmp.Diff(want, borrowed()); diff != "" || len(borrowers) != 2 {
+		t.Fatalf("booked and borrowed per counter (-want +got):\n%s(%d borrowers, want 2)", diff, len(borrowers))
+	}
+	if _, err := s.Release(ctxT(t), borrowers[1].Token); err != nil {
+		t.Fatal(err)
+	}
+	want = map[string][2]int{tenantKey("a"): {3, 1}, tenantKey("b"): {1, 0}, pdfGlobal: {4, 0}}
+	if diff := cmp.Diff(want, borrowed()); diff != "" {
+		t.Errorf("after a borrower's release (-want +got):\n%s", diff)
+	}
+}
+
 // TestMaxBorrowedBoundsATenant: maxBorrowed 1 lets a tenant hold one slot above its cap.
 func TestMaxBorrowedBoundsATenant(t *testing.T) {
 	s := newStore(t)

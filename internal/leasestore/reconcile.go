@@ -192,6 +192,9 @@ type booking struct {
 	refs map[lease.DefinitionRef]bool
 	// waiting: live waiters in the counter's line (the views show it; reconcile ignores it).
 	waiting int
+	// borrowed: the booking holders whose slot of this counter is borrowed (borrowKey names
+	// it); the views show it, reconcile ignores it.
+	borrowed int
 }
 
 // bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
@@ -207,7 +210,7 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
 	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1},
-		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}}
+		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}, {Key: "borrowKey", Value: 1}}
 	now := time.Now()
 	if refs {
 		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
@@ -233,6 +236,9 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 					out[k] = b
 				}
 				b.n++
+				if k == d.BorrowKey {
+					b.borrowed++
+				}
 				if refs {
 					if b.refs == nil {
 						b.refs = map[lease.DefinitionRef]bool{}
@@ -360,7 +366,7 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 			Count: d.Count, UpdatedAt: d.UpdatedAt, BookedBy: b.sortedRefs(),
 		}
 		if b != nil {
-			out[i].Booked, out[i].Waiting = b.n, b.waiting
+			out[i].Booked, out[i].Waiting, out[i].Borrowed = b.n, b.waiting, b.borrowed
 		}
 	}
 	return out, nil

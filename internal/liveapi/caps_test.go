@@ -143,7 +143,7 @@ func TestKubectlShowsCaps(t *testing.T) {
 
 	out := mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", "-l", livev1alpha1.LabelResource+"=shared")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if got := strings.Join(fields(lines[0]), " "); got != "NAME RESOURCE LEVEL SCOPE COUNT CAP BOOKED DRIFT WAITING UPDATED" {
+	if got := strings.Join(fields(lines[0]), " "); got != "NAME RESOURCE LEVEL SCOPE COUNT CAP BOOKED DRIFT BORROWED WAITING UPDATED" {
 		t.Fatalf("header = %q", got)
 	}
 	caps := map[string]string{}

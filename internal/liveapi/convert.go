@@ -262,6 +262,7 @@ func counterObject(c lease.Counter, ns string) livev1alpha1.LeaseCounter {
 		Booked:    int64(c.Booked),
 		Drift:     c.Drift(),
 		Waiting:   int64(c.Waiting),
+		Borrowed:  int64(c.Borrowed),
 		UpdatedAt: metav1.NewTime(c.UpdatedAt),
 	}
 }

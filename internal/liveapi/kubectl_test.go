@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
@@ -89,10 +91,33 @@ func TestKubectl(t *testing.T) {
 		}
 	}
 
-	// Counters: the tenant's levels, no global.
+	// Counters: the tenant's levels, no global; BORROWED counts the holder granted above the
+	// tenant cap of 1 (docs/borrowing.md).
+	b, err := store.Acquire(ctxT(t), leasestore.AcquireRequest{
+		LeaseName: res, Resource: res, Tenant: "acme", Project: "p1", User: "u2", Type: "tex",
+		Caps: []lease.LevelCap{{Level: lease.LevelTenant, Cap: 1}, {Level: lease.LevelGlobal, Cap: 1 << 20}},
+		Pod:  self, PodBound: true, TTL: time.Hour, Borrow: &leasestore.Borrow{},
+	})
+	if err != nil || !b.Borrowed {
+		t.Fatalf("borrowing acquisition: %v, borrowed %v", err, b.Borrowed)
+	}
+	t.Cleanup(func() { _, _ = store.Release(context.Background(), b.Token) })
 	out = mustKubectl(t, aliceFile, "-n", nsAcme, "get", "lc", sel)
 	if !strings.Contains(out, res+".tenant.acme") || strings.Contains(out, res+".global") {
 		t.Errorf("kubectl get lc in acme:\n%s", out)
+	}
+	borrowed := map[string]string{}
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if got := strings.Join(fields(lines[0]), " "); got != "NAME RESOURCE LEVEL SCOPE COUNT CAP BOOKED DRIFT BORROWED WAITING UPDATED" {
+		t.Fatalf("counter header = %q", got)
+	}
+	for _, l := range lines[1:] {
+		// DRIFT is empty without drift, so BORROWED is the 8th field of a row.
+		f := fields(l)
+		borrowed[f[0]] = f[7]
+	}
+	if d := cmp.Diff(map[string]string{res + ".tenant.acme": "1", res + ".project.acme:p1": "0", res + ".user.acme:u1": "0"}, borrowed); d != "" {
+		t.Errorf("BORROWED column (-want +got):\n%s", d)
 	}
 
 	// Watch is refused with what to use instead.

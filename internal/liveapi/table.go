@@ -45,6 +45,7 @@ var counterColumns = []metav1.TableColumnDefinition{
 	{Name: "Cap", Type: "string", Description: "The level's cap in the bookers' current definitions; <ambiguous>, <none> (uncapped) or <unknown> without one."},
 	{Name: "Booked", Type: "integer", Description: "Holders that book the counter."},
 	{Name: "Drift", Type: "string", Description: "DRIFT when count and booked differ."},
+	{Name: "Borrowed", Type: "integer", Description: "Booking holders whose slot was granted above the cap, from capacity other tenants left idle (docs/borrowing.md)."},
 	{Name: "Waiting", Type: "integer", Description: "Acquisitions waiting in the counter's line."},
 	{Name: "Updated", Type: "string", Description: "Time since the last change."},
 	{Name: "Key", Type: "string", Priority: 1, Description: "The counter's key in the store."},
@@ -147,7 +148,7 @@ func counterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 			drift = "DRIFT"
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells: []any{c.Name, c.Resource, c.Level, c.Scope, c.Count, capCell(c), c.Booked, drift, c.Waiting, since(c.UpdatedAt, now),
+			Cells: []any{c.Name, c.Resource, c.Level, c.Scope, c.Count, capCell(c), c.Booked, drift, c.Borrowed, c.Waiting, since(c.UpdatedAt, now),
 				c.Key, orNone(c.CapNote)},
 			Object: runtime.RawExtension{Object: c},
 		})

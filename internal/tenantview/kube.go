@@ -94,7 +94,7 @@ func (k *KubeSource) ListWaiters(ctx context.Context, namespace string) ([]Waite
 			Name: w.Name, Lease: w.Spec.Lease, Resource: w.Spec.Resource, Project: w.Spec.Project, User: w.Spec.User,
 			Pod: w.Spec.Pod, Level: w.Status.Level, Scope: w.Status.Scope, Position: w.Status.Position,
 			EstimatedWait: time.Duration(w.Status.EstimatedWaitMs) * time.Millisecond, Since: w.Status.Since.Time,
-			Lapsed: w.Status.Lapsed,
+			Lapsed: w.Status.Lapsed, Priority: w.Status.Priority,
 		})
 	}
 	return out, nil
@@ -129,7 +129,7 @@ func holderFrom(o map[string]any) (Holder, error) {
 		Name: h.Name, Lease: h.Spec.Lease, Resource: h.Spec.Resource, Type: h.Spec.Type,
 		Tenant: h.Spec.Tenant, Project: h.Spec.Project, User: h.Spec.User, Pod: h.Spec.Pod,
 		PodAlive: h.Status.PodAlive, PodReason: h.Status.PodReason, TTL: time.Duration(h.Spec.TTLSeconds) * time.Second,
-		AcquiredAt: h.Status.AcquiredAt.Time, LastSeenAt: h.Status.LastSeenAt.Time,
+		AcquiredAt: h.Status.AcquiredAt.Time, LastSeenAt: h.Status.LastSeenAt.Time, Borrowed: h.Status.Borrowed,
 	}, nil
 }
 
@@ -141,5 +141,5 @@ func counterFrom(o map[string]any) (Counter, error) {
 		return Counter{}, fmt.Errorf("decoding a LeaseCounter: %w", err)
 	}
 	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked, Waiting: c.Waiting,
-		Cap: c.Cap, CapReason: c.CapReason, CapNote: c.CapNote, UpdatedAt: c.UpdatedAt.Time}, nil
+		Borrowed: c.Borrowed, Cap: c.Cap, CapReason: c.CapReason, CapNote: c.CapNote, UpdatedAt: c.UpdatedAt.Time}, nil
 }

@@ -28,6 +28,9 @@ type Holder struct {
 	// AcquiredAt and LastSeenAt are the store's times.
 	AcquiredAt time.Time
 	LastSeenAt time.Time
+	// Borrowed: its tenant slot was granted above the tenant cap, from capacity other tenants
+	// left idle; it is reclaimed first (docs/borrowing.md).
+	Borrowed bool
 }
 
 // Counter is one counter as the view shows it (a LeaseCounter of the live API).
@@ -40,6 +43,9 @@ type Counter struct {
 	Booked int64
 	// Waiting is the number of acquisitions waiting in the counter's line.
 	Waiting int64
+	// Borrowed is the number of booking holders whose slot was granted above the cap
+	// (docs/borrowing.md).
+	Borrowed int64
 	// Cap is the level's cap the API publishes; 0 when it publishes none.
 	Cap int64
 	// CapReason is the API's reason for publishing no cap (Ambiguous, Uncapped,
@@ -68,6 +74,9 @@ type Waiter struct {
 	EstimatedWait time.Duration
 	Since         time.Time
 	Lapsed        bool
+	// Priority is the acquisition's priority: a line serves higher ones first (docs/waiting.md,
+	// "Priority").
+	Priority int64
 }
 
 // WaiterRow is a waiter with what the page derives from it.
@@ -188,7 +197,8 @@ type Page struct {
 	DriftCount int
 	// CanRevoke is the SelfSubjectAccessReview's answer for deleting leaseholders.
 	CanRevoke bool
-	// Waiters are the acquisitions waiting for a slot, oldest first.
+	// Waiters are the acquisitions waiting for a slot, highest priority first, oldest first
+	// within a priority.
 	Waiters []WaiterRow
 }
 
@@ -251,9 +261,11 @@ func buildPage(namespace string, now time.Time, holders []Holder, counters []Cou
 		}
 		p.Waiters = append(p.Waiters, r)
 	}
-	// The API lists them oldest first; its times may be rounded to the second, so ties keep
-	// the API's order.
-	slices.SortStableFunc(p.Waiters, func(a, b WaiterRow) int { return a.Since.Compare(b.Since) })
+	// The lines serve the highest priority first, then the oldest (docs/waiting.md,
+	// "Priority"); the API's times may be rounded to the second, so ties keep the API's order.
+	slices.SortStableFunc(p.Waiters, func(a, b WaiterRow) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Since.Compare(b.Since))
+	})
 
 	slices.Sort(names)
 	for _, n := range names {

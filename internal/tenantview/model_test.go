@@ -123,14 +123,16 @@ func TestBuildPageWaiters(t *testing.T) {
 		{Name: "lh-b", Resource: "tex", Level: "tenant", Scope: "acme", Position: 1, EstimatedWait: 1500 * time.Millisecond, Since: now.Add(-5 * time.Second)},
 		{Name: "lh-a", Resource: "tex", Level: "global", Scope: "*", Position: 0, Since: now.Add(-10 * time.Second)},
 		{Name: "lh-c", Resource: "tex", Level: "tenant", Scope: "acme", Position: 2, EstimatedWait: 300 * time.Millisecond, Since: now.Add(-time.Second), Lapsed: true},
+		// An urgent waiter stands before older ones of a lower priority (docs/waiting.md, "Priority").
+		{Name: "lh-d", Resource: "tex", Level: "tenant", Scope: "acme", Position: 0, Since: now.Add(-2 * time.Second), Priority: 5},
 	}
 	p := buildPage("acme", now, nil, nil, waiters, false)
 	var got []string
 	for _, w := range p.Waiters {
 		got = append(got, w.Name+" "+w.Waiting+" "+w.Estimate)
 	}
-	want := []string{"lh-a 10s unknown", "lh-b 5s about 1s", "lh-c 1s about 300ms"}
+	want := []string{"lh-d 2s unknown", "lh-a 10s unknown", "lh-b 5s about 1s", "lh-c 1s about 300ms"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("waiter rows %q, want %q (oldest first)", got, want)
+		t.Errorf("waiter rows %q, want %q (highest priority first, then oldest)", got, want)
 	}
 }

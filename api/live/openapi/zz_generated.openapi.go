@@ -372,6 +372,13 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 							Format:      "int64",
 						},
 					},
+					"borrowed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "borrowed is the number of the booking holders whose slot of this counter was granted above its cap, from capacity other tenants left idle; only a tenant counter has them, and they are reclaimed first (docs/borrowing.md).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"cap": {
 						SchemaProps: spec.SchemaProps{
 							Description: "cap is the level's cap in the current definitions of the holders that book the counter; absent when it is not known (see capReason). It reflects the definitions as they are now, not the cap a holder was admitted against.",

@@ -140,6 +140,11 @@ type LeaseCounter struct {
 	// waiter, and newcomers queue behind.
 	// +optional
 	Waiting int64 `json:"waiting,omitempty"`
+	// borrowed is the number of the booking holders whose slot of this counter was granted
+	// above its cap, from capacity other tenants left idle; only a tenant counter has them,
+	// and they are reclaimed first (docs/borrowing.md).
+	// +optional
+	Borrowed int64 `json:"borrowed,omitempty"`
 	// cap is the level's cap in the current definitions of the holders that book the
 	// counter; absent when it is not known (see capReason). It reflects the definitions as
 	// they are now, not the cap a holder was admitted against.

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -31,6 +32,18 @@ const (
 	// counter has been unchanged this long.
 	margin = 300 * time.Millisecond
 )
+
+// pdfDefinition is the suite's borrowing definition.
+const pdfDefinition = `name: pdf
+levels:
+  global: 4
+  tenant: 1
+ttlSeconds: 120
+maxPriority: 5
+borrowing:
+  enabled: true
+  maxBorrowed: 1
+`
 
 var (
 	env        *livetest.Env
@@ -67,8 +80,11 @@ func run(m *testing.M) (int, error) {
 	defer closeStore()
 
 	// The admission API, as the manager serves it, with the compiled-in tex definition
-	// (global 6, tenant 3, project 1, TTL 120s).
-	builtins, err := definition.LoadBuiltins(nil)
+	// (global 6, tenant 3, project 1, TTL 120s) and, in the built-in layer's defaults
+	// directory as an operator would ship it, pdf: tenant 1 that may borrow one slot more
+	// while the global level (4) has room, and priorities up to 5 (docs/borrowing.md,
+	// docs/waiting.md "Priority"; both are owned by the built-in and system layers).
+	builtins, err := definition.LoadBuiltins(fstest.MapFS{"pdf.yaml": {Data: []byte(pdfDefinition)}})
 	if err != nil {
 		return 1, err
 	}

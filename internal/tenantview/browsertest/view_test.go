@@ -303,60 +303,77 @@ func TestDriftShowsAndDisappearsAfterReconcile(t *testing.T) {
 	}
 }
 
+// answer is a waiting acquisition's answer: its token once a slot is handed to it.
+type answer struct {
+	token string
+	err   error
+}
+
+// acquireWaiting sends the acquisition body (with a long waitMs) to the admission API on its
+// own goroutine: the answer comes when a slot is handed to it.
+func acquireWaiting(body string) <-chan answer {
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(admission+"/v1/leases", "application/json", strings.NewReader(body))
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var out struct{ Token string }
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		if err == nil && (resp.StatusCode != http.StatusOK || out.Token == "") {
+			err = fmt.Errorf("waiting acquisition %s: status %d", body, resp.StatusCode)
+		}
+		got <- answer{out.Token, err}
+	}()
+	return got
+}
+
+// grantedTo waits for the answer of a waiting acquisition and releases it on cleanup.
+func grantedTo(t testing.TB, ch <-chan answer) string {
+	t.Helper()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		t.Cleanup(func() { call(t, http.MethodDelete, "/v1/leases/"+a.token, "") })
+		return a.token
+	case <-time.After(30 * time.Second): // real time: bounded wait for the hand-over's answer
+		t.Fatal("no answer to a waiting acquisition")
+		return ""
+	}
+}
+
+// waitersInLine waits until the store lists n waiters matching f.
+func waitersInLine(t testing.TB, f leasestore.HolderFilter, n int) {
+	t.Helper()
+	gomega.NewWithT(t).Eventually(func() int {
+		ws, err := store.ListWaiters(ctxT(t), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ws)
+	}).WithTimeout(20 * time.Second).Should(gomega.Equal(n))
+}
+
 // TestWaitersShowTheirPlaceInTheBrowser: acquisitions waiting for a full project level
 // appear in the Waiting section, oldest first, with the full level, their position and,
 // after a hand-over recorded a hold time, an estimated wait; globex's view shows none of
 // them; and a waiter leaves the section when the slot is handed to it.
 func TestWaitersShowTheirPlaceInTheBrowser(t *testing.T) {
 	first := acquire(t, "acme", "queue", "ann")
-	// wait acquires through the admission API with a long wait, on its own goroutine: the
-	// answer comes when a slot is handed to it.
-	type answer struct {
-		token string
-		err   error
-	}
 	wait := func(user string) <-chan answer {
-		got := make(chan answer, 1)
-		body := fmt.Sprintf(`{"type":"tex","lease":"tex","tenant":"acme","project":"queue","user":%q,"waitMs":30000}`, user)
-		go func() {
-			resp, err := http.Post(admission+"/v1/leases", "application/json", strings.NewReader(body))
-			if err != nil {
-				got <- answer{err: err}
-				return
-			}
-			defer func() { _ = resp.Body.Close() }()
-			var out struct{ Token string }
-			err = json.NewDecoder(resp.Body).Decode(&out)
-			if err == nil && (resp.StatusCode != http.StatusOK || out.Token == "") {
-				err = fmt.Errorf("waiting acquisition of %s: status %d", user, resp.StatusCode)
-			}
-			got <- answer{out.Token, err}
-		}()
-		return got
+		return acquireWaiting(fmt.Sprintf(`{"type":"tex","lease":"tex","tenant":"acme","project":"queue","user":%q,"waitMs":30000}`, user))
 	}
 	granted := func(ch <-chan answer) string {
 		t.Helper()
-		select {
-		case a := <-ch:
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			t.Cleanup(func() { call(t, http.MethodDelete, "/v1/leases/"+a.token, "") })
-			return a.token
-		case <-time.After(30 * time.Second): // real time: bounded wait for the hand-over's answer
-			t.Fatal("no answer to a waiting acquisition")
-			return ""
-		}
+		return grantedTo(t, ch)
 	}
 	inLine := func(n int) {
 		t.Helper()
-		gomega.NewWithT(t).Eventually(func() int {
-			ws, err := store.ListWaiters(ctxT(t), leasestore.HolderFilter{Tenant: "acme", Project: "queue"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(ws)
-		}).WithTimeout(20 * time.Second).Should(gomega.Equal(n))
+		waitersInLine(t, leasestore.HolderFilter{Tenant: "acme", Project: "queue"}, n)
 	}
 	cy := wait("cy")
 	inLine(1)
@@ -371,15 +388,15 @@ func TestWaitersShowTheirPlaceInTheBrowser(t *testing.T) {
 	ctx := browser.New(t, 1280, 900)
 	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
 	const jsWaiters = `[...document.querySelectorAll("tr.waiter")].map(r =>
-		[...r.querySelectorAll("td")].slice(2, 7).map(td => td.textContent.trim().replace(/\s+/g, " ")).join(" | "))`
+		[...r.querySelectorAll("td")].slice(2, 8).map(td => td.textContent.trim().replace(/\s+/g, " ")).join(" | "))`
 	rows := browser.Eval[[]string](ctx, t, jsWaiters)
 	if len(rows) != 2 || !strings.HasPrefix(rows[0], "dan | ") || !strings.HasPrefix(rows[1], "eve | ") {
 		t.Fatalf("alice's Waiting section %q, want dan then eve", rows)
 	}
 	for i, row := range rows {
 		cells := strings.Split(row, " | ")
-		if cells[2] != "project acme/queue" || cells[3] != fmt.Sprintf("%d ahead", i) || !strings.HasPrefix(cells[4], "about ") {
-			t.Errorf("waiter row %q: want the project level acme/queue, %d ahead and an estimate", row, i)
+		if cells[2] != "project acme/queue" || cells[3] != "0" || cells[4] != fmt.Sprintf("%d ahead", i) || !strings.HasPrefix(cells[5], "about ") {
+			t.Errorf("waiter row %q: want the project level acme/queue, priority 0, %d ahead and an estimate", row, i)
 		}
 	}
 	if got := browser.Eval[string](ctx, t, `document.querySelector("#wait-h").textContent.trim()`); got != "Waiting (2)" {
@@ -400,4 +417,60 @@ func TestWaitersShowTheirPlaceInTheBrowser(t *testing.T) {
 	}
 	call(t, http.MethodDelete, "/v1/leases/"+danToken, "")
 	call(t, http.MethodDelete, "/v1/leases/"+granted(eve), "")
+}
+
+// TestBorrowingAndPriorityShowInTheBrowser: under the suite's pdf definition (tenant 1, one
+// slot borrowable, priorities up to 5), acme's second holder is granted above its tenant cap
+// and its row is marked borrowed, the tenant counter counts it as borrowed, and of the two
+// acquisitions then waiting at the tenant level the urgent one stands first with its
+// priority shown, though it lined up last (docs/borrowing.md, docs/waiting.md "Priority").
+func TestBorrowingAndPriorityShowInTheBrowser(t *testing.T) {
+	take := func(user string) string {
+		t.Helper()
+		status, out := call(t, http.MethodPost, "/v1/leases",
+			fmt.Sprintf(`{"type":"tex","lease":"pdf","tenant":"acme","project":"print","user":%q}`, user))
+		token, _ := out["token"].(string)
+		if status != http.StatusOK || token == "" {
+			t.Fatalf("acquire pdf for %s: %d %v", user, status, out)
+		}
+		return token
+	}
+	within, borrower := take("ann"), take("bob")
+	wait := func(user string, priority int) <-chan answer {
+		return acquireWaiting(fmt.Sprintf(`{"type":"tex","lease":"pdf","tenant":"acme","project":"print","user":%q,"waitMs":30000,"priority":%d}`, user, priority))
+	}
+	inLine := func(n int) {
+		t.Helper()
+		waitersInLine(t, leasestore.HolderFilter{Tenant: "acme", Resource: "pdf"}, n)
+	}
+	dan := wait("dan", 0)
+	inLine(1)
+	cy := wait("cy", 3)
+	inLine(2)
+
+	ctx := browser.New(t, 1280, 900)
+	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
+	const jsPdfHolders = `[...document.querySelectorAll("tr.holder")].filter(r => r.cells[0].textContent.trim().startsWith("pdf")).map(r =>
+		r.cells[2].textContent.trim() + ": " + r.cells[0].textContent.trim().replace(/\s+/g, " ") + (r.classList.contains("borrowed") ? " (row marked)" : ""))`
+	if got, want := browser.Eval[[]string](ctx, t, jsPdfHolders), []string{"ann: pdf", "bob: pdf borrowed (row marked)"}; !slices.Equal(got, want) {
+		t.Errorf("pdf holders %q, want %q", got, want)
+	}
+	const jsBorrowed = `[...document.querySelectorAll("tr.counter[data-resource=pdf]")].map(r => r.dataset.level + " " + r.querySelector("td.borrowed").textContent.trim())`
+	if got, want := browser.Eval[[]string](ctx, t, jsBorrowed), []string{"tenant 1"}; !slices.Equal(got, want) {
+		t.Errorf("pdf counters' borrowed cells %q, want %q", got, want)
+	}
+	if got := browser.Eval[string](ctx, t, `document.querySelector("#occupancy li.level[data-level=tenant][data-scope=acme] .badge.borrowed")?.textContent.trim() ?? ""`); got != "1 borrowed" {
+		t.Errorf("occupancy of pdf's tenant level says %q, want 1 borrowed", got)
+	}
+	const jsPdfWaiters = `[...document.querySelectorAll("tr.waiter")].map(r => r.cells[2].textContent.trim() + " priority " + r.querySelector("td.priority").textContent.trim() + ", " + r.querySelector("td.position").textContent.trim())`
+	if got, want := browser.Eval[[]string](ctx, t, jsPdfWaiters), []string{"cy priority 3, 0 ahead", "dan priority 0, 1 ahead"}; !slices.Equal(got, want) {
+		t.Errorf("Waiting section %q, want %q", got, want)
+	}
+	browser.Capture(ctx, t, "borrowing-priority")
+
+	// The releases hand the slots over, the urgent waiter's first.
+	call(t, http.MethodDelete, "/v1/leases/"+within, "")
+	grantedTo(t, cy)
+	call(t, http.MethodDelete, "/v1/leases/"+borrower, "")
+	grantedTo(t, dan)
 }
