@@ -67,6 +67,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	store, _, _, closeStore, err = storetest.OpenShared(context.Background(), "podadmit", leasestore.WithGrantHook(granted))
 	Expect(err).NotTo(HaveOccurred())
 
+	Expect(env.RebindWebhooks(ctx)).To(Succeed())
 	wio := &env.WebhookInstallOptions
 	opts := env.ManagerOptions()
 	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{

@@ -218,6 +218,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	otherAgentAPIAddr, otherAgentInternalAddr := local(ports[7]), local(ports[8])
 
 	managerInternalPort = agentInternalPort
+	// The port envtest chose minutes ago, before the build, may be taken by now.
+	Expect(env.RebindWebhooks(ctx)).To(Succeed())
 	wio := &env.WebhookInstallOptions
 	managerProc = startManager("manager", managerAddr, metricsAddr, probeAddr, "--admin-bind-address", adminAddr,
 		"--pod-admission-webhook", "--webhook-port", strconv.Itoa(wio.LocalServingPort), "--webhook-cert-dir", wio.LocalServingCertDir)

@@ -7,11 +7,14 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -146,4 +149,39 @@ func FreshNamespace(ctx context.Context, c client.Client, prefix string, labels 
 		gomega.Expect(client.IgnoreNotFound(c.Delete(ctx, ns))).To(gomega.Succeed())
 	})
 	return ns.Name
+}
+
+// RebindWebhooks points the installed webhook configurations at a port chosen now, and sets
+// WebhookInstallOptions.LocalServingPort to it. envtest chooses the port when the control
+// plane starts; a webhook server started seconds or minutes later may find it taken by any
+// connection's ephemeral port meanwhile. Call it just before starting the webhook server.
+func (e *Env) RebindWebhooks(ctx context.Context) error {
+	wio := &e.WebhookInstallOptions
+	l, err := net.Listen("tcp", net.JoinHostPort(wio.LocalServingHost, "0"))
+	if err != nil {
+		return fmt.Errorf("choosing the webhook server's port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return err
+	}
+	from, to := fmt.Sprintf(":%d/", wio.LocalServingPort), fmt.Sprintf(":%d/", port)
+	var list admissionregistrationv1.MutatingWebhookConfigurationList
+	if err := e.Client.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing the webhook configurations: %w", err)
+	}
+	for i := range list.Items {
+		cfg := &list.Items[i]
+		for j := range cfg.Webhooks {
+			if u := cfg.Webhooks[j].ClientConfig.URL; u != nil {
+				moved := strings.Replace(*u, from, to, 1)
+				cfg.Webhooks[j].ClientConfig.URL = &moved
+			}
+		}
+		if err := e.Client.Update(ctx, cfg); err != nil {
+			return fmt.Errorf("pointing webhook configuration %s at port %d: %w", cfg.Name, port, err)
+		}
+	}
+	wio.LocalServingPort = port
+	return nil
 }
