@@ -119,6 +119,9 @@ func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed bool, err err
 	}
 	b.doc.Levels = slices.DeleteFunc(slices.Clone(b.doc.Levels), func(k string) bool { return k == l.key })
 	b.doc.BorrowKey, b.doc.BorrowCap, b.doc.IncKey = "", 0, l.key
+	if err := s.fault(StepUnborrowed, l.key); err != nil {
+		return false, s.abandon(ctx, token, nil, unavailable("returning the slot borrowed on "+l.key, err))
+	}
 	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter.
 	if _, err := s.counters.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}, countBy(-1)); err != nil {
@@ -141,14 +144,60 @@ func (s *Store) giveBackBorrowed(ctx context.Context, key string, borrowCap int)
 	return s.decrementUnlined(ctx, rest)
 }
 
+// markedHolder is a held holder marked borrowed, as a read of the holders saw it.
+type markedHolder struct {
+	id        string
+	borrowCap int
+}
+
+// borrowMarks are the held holders marked borrowed, per tenant counter (borrowKey).
+type borrowMarks map[string][]markedHolder
+
+// staleAt lists the marks at c of holders whose cap c's count no longer exceeds: their
+// tenant is back within its cap, so none of its slots is borrowed. The holders were read
+// before c: a holder granted above the cap after the read carries a mark the read did not
+// see, and a held holder never gains a mark, so a mark listed here was stale when c was read
+// and stays so. (Marks that merely outnumber the slots above the cap are left: which of
+// them stand for those slots is for a reclaim to decide, newest first.)
+func (m borrowMarks) staleAt(c counterDoc) []string {
+	var out []string
+	for _, h := range m[c.ID] {
+		if c.Count <= h.borrowCap {
+			out = append(out, h.id)
+		}
+	}
+	return out
+}
+
+// unmarkBatch is how many holders one command of unmark names.
+const unmarkBatch = 100
+
+// unmark drops the borrowed marks of the held holders ids, unmarkBatch per command; n is how
+// many it dropped.
+func (s *Store) unmark(ctx context.Context, ids []string) (n int, err error) {
+	for batch := range slices.Chunk(ids, unmarkBatch) {
+		uctx, cancel := s.bound(ctx)
+		res, err := s.holders.UpdateMany(uctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}},
+			{Key: "state", Value: string(lease.StateHeld)},
+			{Key: "borrowKey", Value: bson.D{{Key: "$exists", Value: true}}},
+		}, bson.D{{Key: "$unset", Value: bson.D{{Key: "borrowKey", Value: ""}, {Key: "borrowCap", Value: ""}}}})
+		cancel()
+		if err != nil {
+			return n, unavailable("dropping stale borrowed marks", err)
+		}
+		n += int(res.ModifiedCount)
+	}
+	return n, nil
+}
+
 // Reclaim takes a borrowed slot back for a waiter at the global level of req.Resource whose
 // tenant holds no more than its cap: it revokes the most recently granted (highest fence)
 // borrowed holder of another tenant whose tenant still holds more than the cap it borrowed
 // above, so no holder within its tenant's cap is revoked. Its slots are given back as in any
 // revocation: the global one to the first live waiter of the global line. ok is false when
-// nothing was revoked (the waiter is owed nothing, or nobody borrows). Marks that no longer
-// stand for a slot above a cap (a holder of the tenant released since) are dropped on the
-// way, oldest first, so that BORROWED shows the holders a reclaim would take.
+// nothing was revoked (the waiter is owed nothing, or nobody borrows). Marks at tenant
+// counters back within their caps are dropped on the way (staleAt), as by reconcile.
 func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -165,14 +214,18 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 		return lease.Holder{}, false, err
 	}
 	// docs are newest first: per borrowed counter, the first count-cap of them stand for the
-	// slots above the cap; any further mark is stale.
+	// slots above the cap; a further mark is stale, and is not taken. Marks at a counter back
+	// within its cap are dropped (staleAt).
 	above := map[string]int{}
 	var stale []string
 	var victim *holderDoc
 	for i := range docs {
 		d := &docs[i]
-		if above[d.BorrowKey] >= counts[d.BorrowKey]-d.BorrowCap {
+		c := counts[d.BorrowKey]
+		if c <= d.BorrowCap {
 			stale = append(stale, d.ID)
+		}
+		if above[d.BorrowKey] >= c-d.BorrowCap {
 			continue
 		}
 		above[d.BorrowKey]++
@@ -180,11 +233,8 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 			victim = d
 		}
 	}
-	if len(stale) > 0 {
-		if _, err := s.holders.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: stale}}}},
-			bson.D{{Key: "$unset", Value: bson.D{{Key: "borrowKey", Value: ""}, {Key: "borrowCap", Value: ""}}}}); err != nil {
-			return lease.Holder{}, false, unavailable("dropping stale borrowed marks", err)
-		}
+	if _, err := s.unmark(ctx, stale); err != nil {
+		return lease.Holder{}, false, err
 	}
 	if victim == nil {
 		return lease.Holder{}, false, nil

@@ -41,16 +41,24 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 	// Everything written from here on carries an updatedAt after now, and a counter changed
 	// within the margin before now is skipped: what the two reads below see of an acquire or
 	// release in flight cannot lead to a write.
-	booked, err := s.booked(ctx, "")
+	b, err := s.bookings(ctx, CounterFilter{}, false)
 	if err != nil {
 		return res, err
 	}
-	return s.reconcile(ctx, now, booked)
+	booked, marks := map[string]int{}, borrowMarks{}
+	for k, v := range b {
+		booked[k] = v.n
+		if len(v.marked) > 0 {
+			marks[k] = v.marked
+		}
+	}
+	return s.reconcile(ctx, now, booked, marks)
 }
 
 // reconcile decides and corrects every counter against booked, the holders' bookings read
-// after the server's time now.
-func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]int) (ReconcileResult, error) {
+// after the server's time now, and drops the borrowed marks of marks at counters that are
+// within their caps (dropStaleMarks).
+func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]int, marks borrowMarks) (ReconcileResult, error) {
 	var res ReconcileResult
 	policy := reconcilePolicy{Now: now, Margin: s.cfg.safetyMargin, Confirm: s.cfg.confirm}
 	s.mu.Lock()
@@ -58,7 +66,9 @@ func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]
 	s.lowering = map[string]lowering{}
 	s.mu.Unlock()
 	seen := make(map[string]bool, len(booked))
+	var stale []string
 	err := s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
+		stale = append(stale, marks.staleAt(c)...)
 		want := booked[c.ID]
 		if want > 0 {
 			seen[c.ID] = true
@@ -101,6 +111,9 @@ func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]
 		return nil
 	})
 	if err != nil {
+		return res, err
+	}
+	if res.Unmarked, err = s.unmark(ctx, stale); err != nil {
 		return res, err
 	}
 	// A booked key without a counter cannot come from the funnel (it increments before it
@@ -171,20 +184,6 @@ func (s *Store) recreateCounter(ctx context.Context, key string, n int, now time
 	return true, nil
 }
 
-// booked counts, per counter key, the holders that book it (of one resource, or all),
-// streaming the holders' levels in batches.
-func (s *Store) booked(ctx context.Context, resource string) (map[string]int, error) {
-	b, err := s.bookings(ctx, CounterFilter{Resource: resource}, false)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]int, len(b))
-	for k, v := range b {
-		out[k] = v.n
-	}
-	return out, nil
-}
-
 // booking is what the holders of one counter key have in common: how many book it and,
 // when asked for, the distinct definitions they were admitted under.
 type booking struct {
@@ -195,6 +194,11 @@ type booking struct {
 	// borrowed: the booking holders whose slot of this counter is borrowed (borrowKey names
 	// it); the views show it, reconcile ignores it.
 	borrowed int
+	// borrowCap: the cap those holders borrowed above (the views show no more borrowed
+	// slots than the count stands above it); marked: the held ones among them (reconcile
+	// drops their marks once the counter is back within that cap).
+	borrowCap int
+	marked    []markedHolder
 }
 
 // bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
@@ -210,7 +214,7 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
 	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1},
-		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}, {Key: "borrowKey", Value: 1}}
+		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1}}
 	now := time.Now()
 	if refs {
 		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
@@ -238,6 +242,10 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 				b.n++
 				if k == d.BorrowKey {
 					b.borrowed++
+					b.borrowCap = d.BorrowCap
+					if d.State == string(lease.StateHeld) {
+						b.marked = append(b.marked, markedHolder{id: d.ID, borrowCap: d.BorrowCap})
+					}
 				}
 				if refs {
 					if b.refs == nil {
@@ -366,7 +374,9 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 			Count: d.Count, UpdatedAt: d.UpdatedAt, BookedBy: b.sortedRefs(),
 		}
 		if b != nil {
-			out[i].Booked, out[i].Waiting, out[i].Borrowed = b.n, b.waiting, b.borrowed
+			// Marks that outnumber the slots above the cap are stale (docs/borrowing.md,
+			// "The mark"): the count shows the slots borrowed.
+			out[i].Booked, out[i].Waiting, out[i].Borrowed = b.n, b.waiting, min(b.borrowed, max(d.Count-b.borrowCap, 0))
 		}
 	}
 	return out, nil

@@ -23,6 +23,7 @@ type Round struct {
 
 	now    time.Time      // the server's time before the read
 	booked map[string]int // per counter key, the holders that booked it; nil: not read
+	marks  borrowMarks    // per tenant counter, the held holders marked borrowed at it
 }
 
 // errRoundNotRead is ReconcileRound's answer for a round whose read of the holders failed.
@@ -44,7 +45,7 @@ func (s *Store) SweepRound(ctx context.Context) (Round, error) {
 	if err != nil {
 		return Round{}, err
 	}
-	booked := map[string]int{}
+	booked, marks := map[string]int{}, borrowMarks{}
 	seen := map[lease.PodRef]bool{}
 	var pods []lease.PodRef
 	var expired []idleCandidate
@@ -52,7 +53,7 @@ func (s *Store) SweepRound(ctx context.Context) (Round, error) {
 		bson.D{
 			{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1},
 			{Key: "pod", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1},
-			{Key: "state", Value: 1}, {Key: "incKey", Value: 1},
+			{Key: "state", Value: 1}, {Key: "incKey", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1},
 		}, nil,
 		func(d holderDoc) error {
 			if d.idleAt().Before(now) {
@@ -69,12 +70,15 @@ func (s *Store) SweepRound(ctx context.Context) (Round, error) {
 			for _, k := range d.booked() {
 				booked[k]++
 			}
+			if d.BorrowKey != "" && d.State == string(lease.StateHeld) && !d.idleAt().Before(now) {
+				marks[d.BorrowKey] = append(marks[d.BorrowKey], markedHolder{id: d.ID, borrowCap: d.BorrowCap})
+			}
 			return nil
 		})
 	if err != nil {
 		return Round{}, err
 	}
-	r := Round{Pods: pods, now: now, booked: booked}
+	r := Round{Pods: pods, now: now, booked: booked, marks: marks}
 	r.Idle, err = s.reapExpired(ctx, expired)
 	return r, err
 }
@@ -87,7 +91,7 @@ func (s *Store) ReconcileRound(ctx context.Context, r Round) (ReconcileResult, e
 	if r.booked == nil {
 		return ReconcileResult{}, errRoundNotRead
 	}
-	return s.reconcile(ctx, r.now, r.booked)
+	return s.reconcile(ctx, r.now, r.booked, r.marks)
 }
 
 // idleCandidate is a holder a read found idle: deleted on the condition that its lastSeenAt

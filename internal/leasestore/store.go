@@ -62,6 +62,10 @@ const (
 	// StepHandedOver: after a freed slot was handed to a waiter, before the waiter is told
 	// and the other slots are given back.
 	StepHandedOver Step = "handed-over"
+	// StepUnborrowed: after a borrower refused at the global level dropped its borrowed
+	// tenant slot from its levels (naming it in IncKey), before the tenant counter is
+	// decremented and the holder queues at its tenant level (borrow.go).
+	StepUnborrowed Step = "unborrowed"
 	// StepCreatingEvents: before the store creates the capped events collection; an error
 	// stands for a server that refuses it (no capped collections).
 	StepCreatingEvents Step = "creating-events"

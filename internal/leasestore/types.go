@@ -100,6 +100,9 @@ type ReconcileResult struct {
 	// Lowered counts the corrected or deleted counters that stood above what is booked
 	// (the confirmed lowerings; a subset of Corrected and Deleted).
 	Lowered int
+	// Unmarked counts the holders whose borrowed mark was dropped: their tenant counter was
+	// back within the cap they had borrowed above (docs/borrowing.md, "The mark").
+	Unmarked int
 }
 
 // unavailable wraps a store error as LEASE_UNAVAILABLE, keeping the cause.

@@ -3,6 +3,7 @@ package leasing_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,6 +328,14 @@ func TestInlineDefinition(t *testing.T) {
 	}
 	if got := counter(e.metrics.Check, leasing.LabelInline, metrics.CheckOK); got != 1 {
 		t.Errorf("check{mcp-inline,ok} = %v, want 1", got)
+	}
+	// Priorities are the system layer's to allow: an inline definition, a project's, has
+	// none (docs/design.md, "Inline definitions").
+	r.Priority = 1
+	_, err := acquire(ctxT(t), e.svc, r)
+	var inv *lease.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "priority" || !strings.Contains(inv.Detail, "maximum 0") {
+		t.Errorf("inline acquire with priority 1 = %v, want invalid priority naming the maximum 0", err)
 	}
 }
 

@@ -281,9 +281,10 @@ func (s *Sweeper) logRound(res Result, err error) {
 		s.log.Error(err, "Sweep incomplete", "idle", res.Idle, "pod", res.Pod)
 		return
 	}
-	if res.Idle > 0 || res.Pod > 0 || res.Reconcile.Corrected > 0 || res.Reconcile.Created > 0 || res.Reconcile.Deleted > 0 {
+	if res.Idle > 0 || res.Pod > 0 || res.Reconcile.Corrected > 0 || res.Reconcile.Created > 0 || res.Reconcile.Deleted > 0 || res.Reconcile.Unmarked > 0 {
 		s.log.Info("Sweep", "idle", res.Idle, "pod", res.Pod, "corrected", res.Reconcile.Corrected,
-			"created", res.Reconcile.Created, "deleted", res.Reconcile.Deleted, "skipped", res.Reconcile.Skipped)
+			"created", res.Reconcile.Created, "deleted", res.Reconcile.Deleted, "skipped", res.Reconcile.Skipped,
+			"unmarked", res.Reconcile.Unmarked)
 	} else {
 		s.log.V(1).Info("Sweep found nothing")
 	}

@@ -1,0 +1,92 @@
+package leasing_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
+)
+
+// Borrowing idle capacity across tenants (docs/borrowing.md).
+
+func tenantReq(name, tenant string, i int) leasing.Request {
+	r := req(name, tenant, "p", fmt.Sprintf("u%d", i))
+	r.Pod = lease.PodRef{Namespace: tenant, Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("uid-%s-%d", tenant, i)}
+	return r
+}
+
+// TestReturningTenantIsServedWithinGraceAndOneHandOver: a tenant within its cap that waits
+// at the global level while another tenant borrows gets a slot when its grace ends, by one
+// hand-over: the reclaim revokes the borrower and hands its global slot to the waiter. The
+// services' clock is fake and is stepped to the end of the grace and never beyond, and their
+// safety looks are an hour apart: nothing but the reclaim that the grace's end triggers can
+// serve the waiter. Before the grace nothing is revoked; the waiter's fence follows the
+// borrower's by one (no other grant came between), the borrower's next check answers
+// LEASE_LOST, and the holder within its tenant's cap keeps its lease. Two processes: the
+// borrower's and the waiter's.
+func TestReturningTenantIsServedWithinGraceAndOneHandOver(t *testing.T) {
+	const grace = 5 * time.Second
+	clk := testingclock.NewFakeClock(time.Now())
+	ps := newProcesses(t, 2, []leaseDef{{name: "pdf", tenant: 1, global: 2, ttlSeconds: 60, waitMs: 60000,
+		borrowing: true, graceSeconds: int32(grace / time.Second)}}, processOpts{clock: clk, safety: time.Hour})
+	ctx := waitfor.Context(t)
+	within := mustAcquire(t, ps[0].svc, tenantReq("pdf", "acme", 0))
+	borrower := mustAcquire(t, ps[0].svc, tenantReq("pdf", "acme", 1))
+	if h, err := ps[0].store.GetHolder(ctx, borrower.Token); err != nil || !h.Borrowed {
+		t.Fatalf("acme's second holder: %+v, %v; want it borrowed above acme's cap of 1", h, err)
+	}
+
+	got := make(chan leasing.Lease, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := acquire(ctx, ps[1].svc, tenantReq("pdf", "globex", 0))
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- l
+	}()
+	ps[1].untilInLine(t, globalKey("pdf"), 1)
+	waitfor.Until(t, "the waiter waits on the clock", clk.HasWaiters)
+
+	clk.Step(grace - 10*time.Millisecond)
+	select {
+	case l := <-got:
+		t.Fatalf("globex served before the grace ended: %+v", l)
+	case err := <-errs:
+		t.Fatalf("globex's acquisition: %v", err)
+	case <-time.After(300 * time.Millisecond): // real time: room for a reclaim that should not happen
+	}
+	if err := ps[0].svc.Check(ctx, borrower.Token); err != nil {
+		t.Fatalf("the borrower before the grace ended: %v, want it still held", err)
+	}
+
+	clk.Step(10 * time.Millisecond) // the grace ends; the clock stays here
+	var l leasing.Lease
+	select {
+	case l = <-got:
+	case err := <-errs:
+		t.Fatalf("globex's acquisition: %v, want the reclaimed slot", err)
+	case <-time.After(waitfor.Bound): // real time: the bound of every wait in the tests
+		t.Fatalf("globex not served within %v (real time) of the grace's end, the clock standing there", waitfor.Bound)
+	}
+	if l.Fence != borrower.Fence+1 {
+		t.Errorf("globex's fence %d, want %d: the borrower's slot handed over, no grant between", l.Fence, borrower.Fence+1)
+	}
+	if h, err := ps[1].store.GetHolder(ctx, l.Token); err != nil || h.Borrowed {
+		t.Errorf("globex's holder: %+v, %v; want it held within its cap", h, err)
+	}
+	if err := ps[0].svc.Check(ctx, borrower.Token); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("the borrower's check: %v, want LEASE_LOST", err)
+	}
+	if err := ps[0].svc.Check(ctx, within.Token); err != nil {
+		t.Errorf("acme's holder within its cap: %v, want it kept", err)
+	}
+	assertNoDrift(t, ps[0].store)
+}
