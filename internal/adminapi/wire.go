@@ -101,7 +101,7 @@ func (b revokePodBody) validate() error {
 type emptyBody struct{}
 
 func reconcileView(r leasestore.ReconcileResult) opsview.ReconcileView {
-	return opsview.ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Created: r.Created, Skipped: r.Skipped}
+	return opsview.ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Created: r.Created, Skipped: r.Skipped, Unmarked: r.Unmarked}
 }
 
 func sweepView(r sweeper.Result) opsview.SweepView {

@@ -126,12 +126,15 @@ func TestCountersShowDrift(t *testing.T) {
 // cap (docs/borrowing.md), in the table and in JSON, through the live API.
 func TestCountersShowBorrowed(t *testing.T) {
 	s := newStore(t)
+	var hs []lease.Holder
 	for i, user := range []string{"u1", "u2", "u3"} {
 		req := request("b", "acme", user, podA, []lease.LevelCap{{Level: lease.LevelTenant, Cap: 1}, {Level: lease.LevelGlobal, Cap: 4}})
 		req.Borrow = &leasestore.Borrow{}
-		if h := mustAcquire(t, s.Store, req); h.Borrowed != (i > 0) {
+		h := mustAcquire(t, s.Store, req)
+		if h.Borrowed != (i > 0) {
 			t.Fatalf("holder %d borrowed %v, want %v", i, h.Borrowed, i > 0)
 		}
+		hs = append(hs, h)
 	}
 	r := mustRun(t, operatorEnv(), args(s, "counters", "--resource", "b")...)
 	got := columns(t, r.stdout, "LEVEL", "SCOPE", "COUNT", "BOOKED", "BORROWED")
@@ -147,6 +150,25 @@ func TestCountersShowBorrowed(t *testing.T) {
 		UpdatedAt                      time.Time
 	}](t, r.stdout); len(got) != 1 || got[0].Borrowed != 2 {
 		t.Errorf("counters -o json: %+v, want the tenant counter with borrowed 2", got)
+	}
+
+	// u1 (within the cap) and u2 release: acme is back within its cap, and u3's mark is stale.
+	for _, h := range hs[:2] {
+		if _, err := s.Release(context.Background(), h.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = mustRun(t, operatorEnv(), args(s, "counters", "--resource", "b")...)
+	if diff := cmp.Diff([][]string{{"global", "*", "1", "1", "0"}, {"tenant", "acme", "1", "1", "0"}},
+		columns(t, r.stdout, "LEVEL", "SCOPE", "COUNT", "BOOKED", "BORROWED")); diff != "" {
+		t.Errorf("counters within the cap (-want +got):\n%s", diff)
+	}
+	r = mustRun(t, map[string]string{"KUBECONFIG": operatorFile}, args(s, "reconcile", "--force")...)
+	if want := "1 borrowed mark dropped: their tenants are back within their caps"; !strings.Contains(r.stdout, want) {
+		t.Errorf("reconcile output lacks %q:\n%s", want, r.stdout)
+	}
+	if h, err := s.GetHolder(context.Background(), hs[2].Token); err != nil || h.Borrowed {
+		t.Errorf("u3 after the reconcile: %+v, %v; want it no longer marked borrowed", h, err)
 	}
 }
 

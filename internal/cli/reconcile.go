@@ -177,7 +177,7 @@ func reconcileDirect(ctx context.Context, s *store, safety, confirm time.Duratio
 	if err != nil {
 		return opsview.ReconcileView{}, s.wrap("reconciling", err)
 	}
-	res := opsview.ReconcileView{Corrected: first.Corrected, Deleted: first.Deleted, Created: first.Created, Skipped: first.Skipped}
+	res := opsview.ReconcileView{Corrected: first.Corrected, Deleted: first.Deleted, Created: first.Created, Skipped: first.Skipped, Unmarked: first.Unmarked}
 	if first.Skipped == 0 {
 		return res, nil
 	}
@@ -206,6 +206,7 @@ func reconcileDirect(ctx context.Context, s *store, safety, confirm time.Duratio
 	res.Corrected += second.Corrected
 	res.Deleted += second.Deleted
 	res.Created += second.Created
+	res.Unmarked += second.Unmarked
 	res.Skipped = second.Skipped
 	return res, nil
 }
@@ -233,6 +234,10 @@ func pendingLowerings(ctx context.Context, s *store, safety time.Duration) (int,
 func printReconcile(p *printer, prefix string, r opsview.ReconcileView) {
 	p.printf("%s %d corrected, %d recreated, %d deleted (no holder books them), %d skipped\n",
 		prefix, r.Corrected, r.Created, r.Deleted, r.Skipped)
+	if r.Unmarked > 0 {
+		p.printf("%s %s: their tenants are back within their caps\n",
+			prefix, plural(r.Unmarked, "borrowed mark dropped", "borrowed marks dropped"))
+	}
 	if r.Skipped > 0 {
 		p.printf("%s %s: changed within the safety margin or while being read, or a lowering awaiting confirmation; run again later\n",
 			prefix, plural(r.Skipped, "counter to correct or delete was left alone", "counters to correct or delete were left alone"))
@@ -240,5 +245,5 @@ func printReconcile(p *printer, prefix string, r opsview.ReconcileView) {
 }
 
 func reconcileViewOf(r livev1alpha1.ReconcileResult) opsview.ReconcileView {
-	return opsview.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Created: int(r.Created), Skipped: int(r.Skipped)}
+	return opsview.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Created: int(r.Created), Skipped: int(r.Skipped), Unmarked: int(r.Unmarked)}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
+	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 )
 
@@ -135,7 +136,7 @@ func (s *sweepStorage) Create(ctx context.Context, obj runtime.Object, validate 
 		return nil, apierrors.NewServiceUnavailable("this manager runs no sweeper")
 	}
 	res, err := a.deps.Sweeper.Sweep(ctx)
-	out.Result = livev1alpha1.SweepResult{Idle: int64(res.Idle), Pod: int64(res.Pod), Reconcile: reconcileResult(res.Reconcile.Corrected, res.Reconcile.Deleted, res.Reconcile.Created, res.Reconcile.Skipped)}
+	out.Result = livev1alpha1.SweepResult{Idle: int64(res.Idle), Pod: int64(res.Pod), Reconcile: reconcileResult(res.Reconcile)}
 	if err != nil {
 		return nil, storeError(fmt.Sprintf("sweeping (idle %d, pod %d reaped before the failure)", res.Idle, res.Pod), err)
 	}
@@ -168,7 +169,7 @@ func (s *reconcileStorage) Create(ctx context.Context, obj runtime.Object, valid
 	if fixed := res.Corrected + res.Created; fixed > 0 {
 		a.deps.Metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected).Add(float64(fixed))
 	}
-	out.Result = reconcileResult(res.Corrected, res.Deleted, res.Created, res.Skipped)
+	out.Result = reconcileResult(res)
 	if err != nil {
 		return nil, storeError("reconciling", err)
 	}
@@ -176,6 +177,7 @@ func (s *reconcileStorage) Create(ctx context.Context, obj runtime.Object, valid
 	return out, nil
 }
 
-func reconcileResult(corrected, deleted, created, skipped int) livev1alpha1.ReconcileResult {
-	return livev1alpha1.ReconcileResult{Corrected: int64(corrected), Deleted: int64(deleted), Created: int64(created), Skipped: int64(skipped)}
+func reconcileResult(r leasestore.ReconcileResult) livev1alpha1.ReconcileResult {
+	return livev1alpha1.ReconcileResult{Corrected: int64(r.Corrected), Deleted: int64(r.Deleted), Created: int64(r.Created),
+		Skipped: int64(r.Skipped), Unmarked: int64(r.Unmarked)}
 }

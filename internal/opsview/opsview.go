@@ -93,6 +93,8 @@ type ReconcileView struct {
 	Deleted   int `json:"deleted"`
 	Created   int `json:"created"`
 	Skipped   int `json:"skipped"`
+	// Unmarked: holders whose borrowed mark was dropped (their tenant back within its cap).
+	Unmarked int `json:"unmarked,omitempty"`
 }
 
 // SweepView is the answer of sweep (the sweeper's Result): holders reaped idle, holders of dead

@@ -1105,6 +1105,13 @@ func schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref common.Referenc
 							Format:  "int64",
 						},
 					},
+					"unmarked": {
+						SchemaProps: spec.SchemaProps{
+							Description: "unmarked: holders whose borrowed mark was dropped, their tenant being back within its cap (docs/borrowing.md, \"The mark\").",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 				},
 				Required: []string{"corrected", "deleted", "created", "skipped"},
 			},

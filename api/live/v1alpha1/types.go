@@ -246,6 +246,9 @@ type ReconcileResult struct {
 	Deleted   int64 `json:"deleted"`
 	Created   int64 `json:"created"`
 	Skipped   int64 `json:"skipped"`
+	// unmarked: holders whose borrowed mark was dropped, their tenant being back within its
+	// cap (docs/borrowing.md, "The mark").
+	Unmarked int64 `json:"unmarked,omitempty"`
 }
 
 // LeaseWaiter is an acquisition waiting in the line of a full level for one of its slots. Its
