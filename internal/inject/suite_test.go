@@ -44,7 +44,11 @@ var _ = BeforeSuite(func() {
 	Expect(env.WebhookInstallOptions.MutatingWebhooks[0].Webhooks).To(ContainElement(HaveField("Name", "inject.lease.vancetope.io")))
 	k8sClient = env.Client
 
-	// The same wiring as cmd/manager, on the host, port and certificates envtest provides.
+	// The same wiring as cmd/manager, on the host and certificates envtest provides and a
+	// port chosen now (envtest's, chosen when the control plane started, may be taken since).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	Expect(env.RebindWebhooks(ctx)).To(Succeed())
 	wio := &env.WebhookInstallOptions
 	opts := env.ManagerOptions()
 	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
