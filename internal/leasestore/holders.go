@@ -345,7 +345,7 @@ func (s *Store) GetHolderByID(ctx context.Context, id string) (lease.Holder, err
 
 // ListHolders reads the holders matching f, oldest first.
 func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder, error) {
-	docs, err := s.findHolders(ctx, holderFilter(f), nil)
+	docs, err := s.findHolders(ctx, holderFilter(notWaiting, f), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +364,7 @@ func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder
 // next is the last ID of the page when more follow, "" otherwise. One round trip: the first batch holds
 // the whole page, and one holder more tells whether another page follows.
 func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after string, limit int) (holders []lease.Holder, next string, err error) {
-	filter := holderFilter(f)
+	filter := holderFilter(notWaiting, f)
 	if after != "" {
 		filter = append(filter, bson.E{Key: "pid", Value: bson.D{{Key: "$gt", Value: after}}})
 	}
@@ -400,8 +400,10 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 // notWaiting leaves out the holders waiting in a line: they are no leases (wait.go).
 var notWaiting = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: string(lease.StateWaiting)}}}
 
-func holderFilter(f HolderFilter) bson.D {
-	filter := bson.D{notWaiting}
+// holderFilter is the filter of f's fields after state, the condition on the holder's state
+// (notWaiting for the holders; WAITING for the waiters, ListWaiters).
+func holderFilter(state bson.E, f HolderFilter) bson.D {
+	filter := bson.D{state}
 	for _, e := range []struct{ key, value string }{
 		{"_id", f.Token}, {"pid", f.ID}, {"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
 	} {

@@ -26,9 +26,8 @@ var placeProjection = bson.D{{Key: "_id", Value: 1}, {Key: "waitKey", Value: 1},
 // the estimate of its wait. At most three round trips: the waiters, the lines they are in
 // when f leaves other waiters out, and the hold times of their resources.
 func (s *Store) ListWaiters(ctx context.Context, f HolderFilter) ([]lease.Waiter, error) {
-	filter := holderFilter(f)
-	filter[0] = bson.E{Key: "state", Value: string(lease.StateWaiting)} // in place of notWaiting
-	filter = append(filter, bson.E{Key: "waitKey", Value: bson.D{{Key: "$exists", Value: true}}})
+	filter := append(holderFilter(bson.E{Key: "state", Value: string(lease.StateWaiting)}, f),
+		bson.E{Key: "waitKey", Value: bson.D{{Key: "$exists", Value: true}}})
 	docs, err := s.findHolders(ctx, filter, nil)
 	if err != nil {
 		return nil, err
