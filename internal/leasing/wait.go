@@ -118,7 +118,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		// With a wait, the sweep and the retry it earns are later calls, bounded by the
 		// deadline; without one they are part of the one attempt.
 		asked := s.clk.Now()
-		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req.Resource) })
+		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req.Resource) }, nil)
 		if !done {
 			return lease.Holder{}, s.cut(ctx, op, asked, busy)
 		}
@@ -319,57 +319,43 @@ func (s *Service) call(ctx context.Context, deadline time.Time, token string, f 
 		h   lease.Holder
 		err error
 	}
-	var (
-		mu        sync.Mutex
-		abandoned bool
-	)
-	res := make(chan result, 1)
-	cctx := context.WithoutCancel(ctx)
-	s.background.Go(func() {
+	r, done := within(ctx, s, true, deadline, func(cctx context.Context) result {
 		h, err := f(cctx)
 		var w *leasestore.WaitingError
 		if err == nil || errors.As(err, &w) || errors.Is(err, leasestore.ErrNotWaiting) || errors.Is(err, lease.ErrBusy) {
 			s.answered()
 		}
-		mu.Lock()
-		gone := abandoned
-		if !gone {
-			res <- result{h, err}
-		}
-		mu.Unlock()
-		if gone {
-			_ = s.store.Withdraw(cctx, token)
-		}
-	})
-	t := s.clk.NewTimer(max(deadline.Add(deadlineMargin).Sub(s.clk.Now()), 0))
-	defer t.Stop()
-	select {
-	case r := <-res:
-		return r.h, true, r.err
-	case <-t.C():
-	case <-ctx.Done():
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	select {
-	case r := <-res: // it came just now
-		return r.h, true, r.err
-	default:
-	}
-	abandoned = true
-	return lease.Holder{}, false, nil
+		return result{h, err}
+	}, func(cctx context.Context, _ result) { _ = s.store.Withdraw(cctx, token) })
+	return r.h, done, r.err
 }
 
-// within runs f on its own goroutine and waits for its result until deadline plus
-// deadlineMargin, or ctx's end: done is false when it stopped waiting first (f goes on, its
-// result is dropped). Without bounded, f runs on the caller's goroutine.
-func within[T any](ctx context.Context, s *Service, bounded bool, deadline time.Time, f func(context.Context) T) (v T, done bool) {
+// within runs f on its own goroutine, under ctx without its cancellation, and waits for its
+// result until deadline plus deadlineMargin, or ctx's end: done is false when it stopped
+// waiting first. f then goes on, and its result goes to late when it ends (dropped when late
+// is nil). Without bounded, f runs on the caller's goroutine, under ctx.
+func within[T any](ctx context.Context, s *Service, bounded bool, deadline time.Time, f func(context.Context) T, late func(context.Context, T)) (v T, done bool) {
 	if !bounded {
 		return f(ctx), true
 	}
+	var (
+		mu        sync.Mutex
+		abandoned bool
+	)
 	res := make(chan T, 1)
 	cctx := context.WithoutCancel(ctx)
-	s.background.Go(func() { res <- f(cctx) })
+	s.background.Go(func() {
+		v := f(cctx)
+		mu.Lock()
+		gone := abandoned
+		if !gone {
+			res <- v
+		}
+		mu.Unlock()
+		if gone && late != nil {
+			late(cctx, v)
+		}
+	})
 	t := s.clk.NewTimer(max(deadline.Add(deadlineMargin).Sub(s.clk.Now()), 0))
 	defer t.Stop()
 	select {
@@ -378,12 +364,15 @@ func within[T any](ctx context.Context, s *Service, bounded bool, deadline time.
 	case <-t.C():
 	case <-ctx.Done():
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	select {
 	case v = <-res: // it came just now
 		return v, true
 	default:
-		return v, false
 	}
+	abandoned = true
+	return v, false
 }
 
 // cut is the answer of an acquisition whose store call the deadline or the caller overtook:
@@ -417,7 +406,7 @@ func (s *Service) explain(ctx context.Context, busy *lease.BusyError, token stri
 		}
 		holds, err := s.store.HoldTimes(cctx, busy.Resource)
 		return result{ahead: ahead, holds: holds, err: err}
-	})
+	}, nil)
 	if !done || r.err != nil {
 		return
 	}
