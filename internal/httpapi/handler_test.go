@@ -19,6 +19,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
@@ -314,6 +315,11 @@ func TestPodIdentity(t *testing.T) {
 		"not synced": {func(*http.Request) (lease.PodRef, error) {
 			return lease.PodRef{}, fmt.Errorf("pod informer: %w", lease.ErrUnavailable)
 		}, http.StatusServiceUnavailable, "", "the calling pod cannot be identified now (correlation id "},
+		// Over the unknown-caller limit: said as it is, with no correlation id (no log line
+		// per refusal: the pod watcher logs them once a second).
+		"over the lookup limit": {func(*http.Request) (lease.PodRef, error) {
+			return lease.PodRef{}, lease.Unavailable("identifying the pod of 10.0.0.9", podwatch.ErrLookupLimited)
+		}, http.StatusServiceUnavailable, "", "the calling pod cannot be identified now: too many callers whose address the pod cache does not know; retry in a moment"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -325,11 +331,28 @@ func TestPodIdentity(t *testing.T) {
 			if msg, _ := out["message"].(string); !strings.HasPrefix(msg, tc.wantMessage) {
 				t.Errorf("message = %q, want it to start %q", msg, tc.wantMessage)
 			}
+			if _, ok := out["correlationId"]; tc.wantStatus == http.StatusServiceUnavailable && ok == strings.Contains(name, "limit") {
+				t.Errorf("correlationId in %v: want one for an unavailable answer that is logged, none over the limit", out)
+			}
 			if n := e.cmds.get(); n != 0 {
 				t.Errorf("sent %d store commands", n)
 			}
 		})
 	}
+	t.Run("over the lookup limit the answer says when to retry", func(t *testing.T) {
+		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: []httpapi.Option{httpapi.WithPodIdentity(
+			func(*http.Request) (lease.PodRef, error) {
+				return lease.PodRef{}, lease.Unavailable("identifying the pod of 10.0.0.9", podwatch.ErrLookupLimited)
+			})}})
+		resp, err := e.srv.Client().Post(e.srv.URL+"/v1/leases", "application/json", strings.NewReader(texBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("answer %d with Retry-After %q, want 503 with 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	})
 	t.Run("without identity the holder has no pod", func(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{})
 		tok := e.acquire(t, texBody)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
@@ -201,4 +202,36 @@ func (l *lookups) round(ctx context.Context, ip string) (lookupAnswer, error) {
 	default:
 		return lookupAnswer{pod: pod, result: LookupFound}, nil
 	}
+}
+
+// refusalLog writes at most one log line every interval for the callers refused over the
+// lookup limit, with how many were refused since the line before: a flood of callers that
+// are no pod must not become a flood of log lines. Each refusal is counted all the same, in
+// vance_lease_pod_identity_lookups_total{result="limited"}.
+type refusalLog struct {
+	clock     clock.PassiveClock
+	log       logr.Logger
+	every     time.Duration
+	perSecond float64
+	burst     int
+
+	mu   sync.Mutex
+	last time.Time // of the last line; zero before the first
+	n    int       // refused since the last line
+}
+
+// refused notes one refusal, and writes the line if the last one is an interval old.
+func (r *refusalLog) refused() {
+	r.mu.Lock()
+	r.n++
+	now := r.clock.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < r.every {
+		r.mu.Unlock()
+		return
+	}
+	n := r.n
+	r.n, r.last = 0, now
+	r.mu.Unlock()
+	r.log.Info("Refused callers whose address the pod cache does not know: over the lookup limit",
+		"refused", n, "lookupsPerSecond", r.perSecond, "burst", r.burst)
 }

@@ -2,12 +2,14 @@ package podwatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -224,5 +226,39 @@ func TestLookupsShareOneRound(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("API lookups = %d, want 1 (one round for all callers)", n)
+	}
+}
+
+// TestRefusalsAreLoggedOnceAnInterval: a flood of callers over the lookup limit writes one
+// log line an interval, each saying how many were refused since the line before.
+func TestRefusalsAreLoggedOnceAnInterval(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	var lines []map[string]any
+	log := funcr.NewJSON(func(obj string) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(obj), &m); err != nil {
+			t.Errorf("log line %q: %v", obj, err)
+		}
+		lines = append(lines, m)
+	}, funcr.Options{})
+	r := &refusalLog{clock: clk, log: log, every: time.Second, perSecond: 10, burst: 20}
+	refused := func(n int) {
+		for range n {
+			r.refused()
+		}
+	}
+	refused(500) // the first refusal is logged at once, the 499 after it within the second are not
+	clk.Step(999 * time.Millisecond)
+	refused(100)
+	clk.Step(time.Millisecond)
+	refused(1) // a second after the first line: 599 since it, and this one
+	clk.Step(10 * time.Second)
+	refused(1)
+	var got []float64
+	for _, l := range lines {
+		got = append(got, l["refused"].(float64))
+	}
+	if diff := cmp.Diff([]float64{1, 600, 1}, got); diff != "" {
+		t.Errorf("refused per log line (-want +got):\n%s", diff)
 	}
 }

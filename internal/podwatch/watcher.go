@@ -171,8 +171,14 @@ func newWatcher(ctx context.Context, c cache.Cache, api client.Reader, opts opti
 			return nil, fmt.Errorf("registering the lookup counter: %w", err)
 		}
 	}
+	refusals := &refusalLog{clock: w.clock, log: w.log, every: time.Second, perSecond: opts.LookupRate, burst: opts.LookupBurst}
 	w.lookups = newLookups(w.clock, newUnknownIPs(opts.UnknownIPTTL, opts.UnknownIPs), opts.LookupRate, opts.LookupBurst,
-		w.listByIP, func(result string) { counter.WithLabelValues(result).Inc() })
+		w.listByIP, func(result string) {
+			counter.WithLabelValues(result).Inc()
+			if result == LookupLimited {
+				refusals.refused()
+			}
+		})
 	if err := c.IndexField(ctx, &corev1.Pod{}, indexPodIP, podIPs); err != nil {
 		return nil, fmt.Errorf("indexing pods by IP: %w", err)
 	}
