@@ -400,7 +400,9 @@ func TestBorrowingInvariantsUnderConcurrentTenants(t *testing.T) {
 			for errors.As(err, &waiting) && time.Now().Before(stop.Add(time.Second)) {
 				if waiting.Busy.Level == lease.LevelGlobal && time.Since(since) > 100*time.Millisecond {
 					if v, ok, rerr := s.Reclaim(ctx, leasestore.ReclaimRequest{Resource: "pdf", Tenant: tenant,
-						TenantKey: tenantKey(tenant), TenantCap: 2, For: lease.HolderID(waiting.Token)}); rerr == nil && ok {
+						TenantKey: tenantKey(tenant), TenantCap: 2, For: lease.HolderID(waiting.Token)}); rerr != nil {
+						fail("reclaim for %s: %v", tenant, rerr)
+					} else if ok {
 						reclaims.Add(1)
 						if !v.Borrowed || v.Tenant == tenant {
 							fail("reclaim revoked %+v for %s", v, tenant)
@@ -412,7 +414,9 @@ func TestBorrowingInvariantsUnderConcurrentTenants(t *testing.T) {
 				h, err = s.Resume(ctx, req, "", true)
 			}
 			if errors.As(err, &waiting) {
-				_ = s.Withdraw(ctx, waiting.Token)
+				if err := s.Withdraw(ctx, waiting.Token); err != nil {
+					fail("withdrawing %s's waiter: %v", tenant, err)
+				}
 				continue
 			}
 			if err != nil {

@@ -62,6 +62,9 @@ const (
 	// StepHandedOver: after a freed slot was handed to a waiter, before the waiter is told
 	// and the other slots are given back.
 	StepHandedOver Step = "handed-over"
+	// StepColdDecremented: after a release's one decrement of the keys it did not hand over
+	// first (giveBack), before it looks at those the decrement kept.
+	StepColdDecremented Step = "cold-decremented"
 	// StepUnborrowed: after a borrower refused at the global level dropped its borrowed
 	// tenant slot from its levels (naming it in IncKey), before the tenant counter is
 	// decremented and the holder queues at its tenant level (borrow.go).

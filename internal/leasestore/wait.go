@@ -458,7 +458,8 @@ func (d holderDoc) booked() []string {
 // to look first: a key this store saw lined in the last second is handed over first (one
 // round trip when a waiter takes it); any other key is decremented first, on the condition
 // that it is not lined, so that a release where nobody waits costs what it did without a line
-// (one decrement for all its keys). A key that condition kept is handed over after all. A
+// (the decrements, sent together: decrementCold). A key that condition kept is handed over
+// after all. A
 // wrong hint costs a round trip, never a slot: a flag cleared while a waiter had just set it is
 // set again at that waiter's next look, and until then the slot goes to the counter, where the
 // waiter's look takes it.
@@ -483,34 +484,67 @@ func (s *Store) giveBack(ctx context.Context, keys []string, hold holdSample) er
 		left = rest
 	}
 	if len(cold) > 0 {
-		res, err := s.counters.UpdateMany(ctx,
-			bson.D{
-				{Key: "_id", Value: bson.D{{Key: "$in", Value: cold}}},
-				{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
-				{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}},
-			},
-			countBy(-1))
+		kept, err := s.decrementCold(ctx, cold)
 		if err != nil {
+			return err
+		}
+		if err := s.fault(StepColdDecremented, cold[0]); err != nil {
 			return unavailable(fmt.Sprintf("decrementing %v", cold), err)
 		}
-		if int(res.MatchedCount) < len(cold) {
-			lined := cold
-			if len(cold) > 1 {
-				if lined, err = s.linedOf(ctx, cold); err != nil {
-					return err
-				}
-			}
-			for _, k := range lined {
-				s.sawLined(k)
-			}
-			rest, err := s.handOver(ctx, lined, hold)
-			if err != nil {
-				return err
-			}
-			left = append(left, rest...)
+		for _, k := range kept {
+			s.sawLined(k)
 		}
+		rest, err := s.handOver(ctx, kept, hold)
+		if err != nil {
+			return err
+		}
+		left = append(left, rest...)
 	}
 	return s.decrementUnlined(ctx, left)
+}
+
+// decrementCold decrements each of keys on the condition that it is not lined, and returns
+// those the condition kept (lined: a waiter is handed their slot). One command per key, sent
+// together: one decrement of all keys would not say which it kept, and the lined flags read
+// afterwards cannot tell either, since other processes change them in between (a flag set at
+// the decrement may have been cleared since, one clear then set since), so a hand-over by
+// them could give a slot twice, above its cap, or not at all (TestPartialDecrement...).
+func (s *Store) decrementCold(ctx context.Context, keys []string) (kept []string, err error) {
+	decrement := func(k string) (bool, error) {
+		res, err := s.counters.UpdateOne(ctx, bson.D{
+			{Key: "_id", Value: k},
+			{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
+			{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}},
+		}, countBy(-1))
+		if err != nil {
+			return false, unavailable("decrementing "+k, err)
+		}
+		return res.MatchedCount == 1, nil
+	}
+	if len(keys) == 1 {
+		ok, err := decrement(keys[0])
+		if err != nil || ok {
+			return nil, err
+		}
+		return keys, nil
+	}
+	done := make([]bool, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { done[i], errs[i] = decrement(k) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		// What was decremented stays so; the rest is healed (the caller's error path).
+		return nil, err
+	}
+	for i, k := range keys {
+		if !done[i] {
+			kept = append(kept, k)
+		}
+	}
+	return kept, nil
 }
 
 // handOver hands one slot of each key to its oldest live waiter and returns the keys that
@@ -613,24 +647,6 @@ func (s *Store) decrementUnlined(ctx context.Context, keys []string) error {
 		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
 	}
 	return nil
-}
-
-// linedOf reads which of keys are lined.
-func (s *Store) linedOf(ctx context.Context, keys []string) ([]string, error) {
-	cur, err := s.counters.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}, {Key: "lined", Value: true}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, unavailable("reading counters", err)
-	}
-	var docs []counterDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, unavailable("reading counters", err)
-	}
-	out := make([]string, len(docs))
-	for i, d := range docs {
-		out[i] = d.ID
-	}
-	return out, nil
 }
 
 // linedHint is how long this store hands a key over first after it saw the key lined.

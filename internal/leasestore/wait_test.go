@@ -516,11 +516,12 @@ func TestRefusalLeavesNothingAndNeedsNoMark(t *testing.T) {
 	assertNoDrift(t, s)
 }
 
-// TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits: a release where nobody waits costs its
-// caller the release mark and one decrement, as without a line; the mark's delete follows off
-// the caller's path. A release by a process that never saw the level's line (no hint) still
-// hands the slot to the waiter, found through the counter's lined flag.
-func TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits(t *testing.T) {
+// TestReleaseCostsAMarkAndADecrementPerLevelUnlessSomeoneWaits: a release nobody waits for
+// marks its holder released, then decrements each level, the decrements sent together (one
+// decrement of all would not say which a line kept: TestPartialDecrement...); the mark's
+// delete follows off the caller's path. A process without the hint still hands a lined
+// level's slot to its waiter.
+func TestReleaseCostsAMarkAndADecrementPerLevelUnlessSomeoneWaits(t *testing.T) {
 	uri, err := mongotest.URI()
 	if err != nil {
 		t.Fatal(err)
@@ -542,8 +543,8 @@ func TestReleaseCostsTwoRoundTripsUnlessSomeoneWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	counting.Store(false)
-	if n := cmds.Load(); n != 2 {
-		t.Errorf("a release nobody waits for took %d round trips, want 2", n)
+	if n := cmds.Load(); n != 1+int64(len(caps)) {
+		t.Errorf("a release nobody waits for sent %d commands, want %d: the mark and a decrement per level", n, 1+len(caps))
 	}
 	holders := rawHolders(t, uri, db)
 	waitfor.Until(t, "the release mark deleted off the caller's path", func() bool {
