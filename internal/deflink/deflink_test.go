@@ -21,6 +21,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
@@ -112,6 +113,8 @@ func TestHandlerRefusesWhatIsNotTheCallersOwn(t *testing.T) {
 		body       any
 		wantStatus int
 		wantCode   string
+		// wantRetryAfter: the Retry-After header, for a refusal to try again.
+		wantRetryAfter string
 	}{
 		"unknown caller": {identify: byIP(nil), key: agentKey("acme"), path: ResolvePath,
 			body: ResolveRequest{Tenant: "acme", Name: "tex"}, wantStatus: http.StatusForbidden, wantCode: httpjson.CodeTenantForbidden},
@@ -121,6 +124,10 @@ func TestHandlerRefusesWhatIsNotTheCallersOwn(t *testing.T) {
 			return lease.PodRef{}, lease.Unavailable("identifying", errors.New("API server down"))
 		}, key: agentKey("acme"), path: ResolvePath, body: ResolveRequest{Tenant: "acme", Name: "tex"},
 			wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable},
+		"over the unknown-caller limit": {identify: func(*http.Request) (lease.PodRef, error) {
+			return lease.PodRef{}, lease.Unavailable("identifying", podwatch.ErrLookupLimited)
+		}, key: agentKey("acme"), path: ResolvePath, body: ResolveRequest{Tenant: "acme", Name: "tex"},
+			wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable, wantRetryAfter: "1"},
 		"unsigned": {path: ResolvePath, body: ResolveRequest{Tenant: "acme", Name: "tex"},
 			wantStatus: http.StatusUnauthorized, wantCode: httpjson.CodeUnauthorized},
 		"signed with another namespace's key": {key: agentKey("globex"), path: ResolvePath,
@@ -156,6 +163,9 @@ func TestHandlerRefusesWhatIsNotTheCallersOwn(t *testing.T) {
 			h.ServeHTTP(w, req)
 			if w.Code != tc.wantStatus {
 				t.Fatalf("status %d, want %d: %s", w.Code, tc.wantStatus, w.Body)
+			}
+			if got := w.Header().Get("Retry-After"); got != tc.wantRetryAfter {
+				t.Errorf("Retry-After %q, want %q", got, tc.wantRetryAfter)
 			}
 			if tc.wantStatus == http.StatusOK {
 				return

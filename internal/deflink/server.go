@@ -19,6 +19,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
@@ -140,6 +141,12 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (lease.Po
 	}
 	pod, err := h.identify(r)
 	switch {
+	case errors.Is(err, podwatch.ErrLookupLimited):
+		// Counted, and logged once a second, by the pod watcher: no line per refused caller.
+		w.Header().Set("Retry-After", "1")
+		httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable,
+			"the calling pod cannot be identified now: "+podwatch.ErrLookupLimited.Error())
+		return lease.PodRef{}, nil, false
 	case err != nil && errors.Is(err, lease.ErrUnavailable):
 		h.log.Error(err, "Identifying an agent failed", "addr", r.RemoteAddr)
 		httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the calling pod cannot be identified now")

@@ -153,16 +153,19 @@ type markedHolder struct {
 // borrowMarks are the held holders marked borrowed, per tenant counter (borrowKey).
 type borrowMarks map[string][]markedHolder
 
-// staleAt lists the marks at c of holders whose cap c's count no longer exceeds: their
+// staleAt lists the marks at the counter key of holders whose cap its count no longer exceeds: their
 // tenant is back within its cap, so none of its slots is borrowed. The holders were read
 // before c: a holder granted above the cap after the read carries a mark the read did not
 // see, and a held holder never gains a mark, so a mark listed here was stale when c was read
 // and stays so. (Marks that merely outnumber the slots above the cap are left: which of
 // them stand for those slots is for a reclaim to decide, newest first.)
-func (m borrowMarks) staleAt(c counterDoc) []string {
+//
+// count is the counter's count, or the holders that book it when more (a counter that drifted
+// below them is not taken at its word).
+func (m borrowMarks) staleAt(key string, count int) []string {
 	var out []string
-	for _, h := range m[c.ID] {
-		if c.Count <= h.borrowCap {
+	for _, h := range m[key] {
+		if count <= h.borrowCap {
 			out = append(out, h.id)
 		}
 	}

@@ -57,7 +57,7 @@ func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
 
 // reconcile decides and corrects every counter against booked, the holders' bookings read
 // after the server's time now, and drops the borrowed marks of marks at counters that are
-// within their caps (dropStaleMarks).
+// within their caps (borrowMarks.staleAt), last: a mark is for the views, a count for the caps.
 func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]int, marks borrowMarks) (ReconcileResult, error) {
 	var res ReconcileResult
 	policy := reconcilePolicy{Now: now, Margin: s.cfg.safetyMargin, Confirm: s.cfg.confirm}
@@ -68,8 +68,8 @@ func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]
 	seen := make(map[string]bool, len(booked))
 	var stale []string
 	err := s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
-		stale = append(stale, marks.staleAt(c)...)
 		want := booked[c.ID]
+		stale = append(stale, marks.staleAt(c.ID, max(c.Count, want))...)
 		if want > 0 {
 			seen[c.ID] = true
 		}
@@ -113,9 +113,6 @@ func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]
 	if err != nil {
 		return res, err
 	}
-	if res.Unmarked, err = s.unmark(ctx, stale); err != nil {
-		return res, err
-	}
 	// A booked key without a counter cannot come from the funnel (it increments before it
 	// pushes); recreate it so the cap holds again.
 	for key, n := range booked {
@@ -132,7 +129,8 @@ func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]
 			res.Skipped++
 		}
 	}
-	return res, nil
+	res.Unmarked, err = s.unmark(ctx, stale)
+	return res, err
 }
 
 // correctCounter applies a reconcile decision to c by a compare-and-set on the count and
@@ -194,7 +192,7 @@ type booking struct {
 	// borrowed: the booking holders whose slot of this counter is borrowed (borrowKey names
 	// it); the views show it, reconcile ignores it.
 	borrowed int
-	// borrowCap: the cap those holders borrowed above (the views show no more borrowed
+	// borrowCap: the highest cap those holders borrowed above (the views show no more borrowed
 	// slots than the count stands above it); marked: the held ones among them (reconcile
 	// drops their marks once the counter is back within that cap).
 	borrowCap int
@@ -242,7 +240,7 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 				b.n++
 				if k == d.BorrowKey {
 					b.borrowed++
-					b.borrowCap = d.BorrowCap
+					b.borrowCap = max(b.borrowCap, d.BorrowCap)
 					if d.State == string(lease.StateHeld) {
 						b.marked = append(b.marked, markedHolder{id: d.ID, borrowCap: d.BorrowCap})
 					}
