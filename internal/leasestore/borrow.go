@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -216,9 +217,18 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 	if err != nil {
 		return lease.Holder{}, false, err
 	}
-	// docs are newest first: per borrowed counter, the first count-cap of them stand for the
-	// slots above the cap; a further mark is stale, and is not taken. Marks at a counter back
-	// within its cap are dropped (staleAt).
+	live, err := s.liveBookings(ctx, slices.Collect(maps.Keys(counts)))
+	if err != nil {
+		return lease.Holder{}, false, err
+	}
+	// docs are newest first: per borrowed counter, the first n-cap of them stand for the
+	// slots above the cap; a further mark is stale, and is not taken. n is the count, or the
+	// holders not being released that book the counter when fewer, read after it: a holder
+	// another reclaim (or release) is revoking still counts at the counter until its slot is
+	// given back, and taking the count at its word then revoked a second holder for the one
+	// slot above the cap, leaving the tenant below it. Marks at a counter back within its cap
+	// are dropped (staleAt), judged on the count alone (dropping a mark wrongly is the risk
+	// there, so the larger number is the safe one).
 	above := map[string]int{}
 	var stale []string
 	var victim *holderDoc
@@ -228,7 +238,7 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 		if c <= d.BorrowCap {
 			stale = append(stale, d.ID)
 		}
-		if above[d.BorrowKey] >= c-d.BorrowCap {
+		if above[d.BorrowKey] >= min(c, live[d.BorrowKey])-d.BorrowCap {
 			continue
 		}
 		above[d.BorrowKey]++
@@ -269,6 +279,37 @@ func (s *Store) borrowers(ctx context.Context, resource, tenant string) ([]holde
 		return nil, unavailable("reading the borrowers of "+resource, err)
 	}
 	return docs, nil
+}
+
+// liveBookings counts, per counter key, the holders that book it and are not being released,
+// in one round trip.
+func (s *Store) liveBookings(ctx context.Context, keys []string) (map[string]int, error) {
+	out := make(map[string]int, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	cur, err := s.holders.Find(ctx, bson.D{
+		notReleased,
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "levels", Value: bson.D{{Key: "$in", Value: keys}}}},
+			bson.D{{Key: "grantKey", Value: bson.D{{Key: "$in", Value: keys}}}},
+		}},
+	}, options.Find().SetProjection(bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}}))
+	if err != nil {
+		return nil, unavailable("reading the holders of the borrowed counters", err)
+	}
+	var docs []holderDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("reading the holders of the borrowed counters", err)
+	}
+	for _, d := range docs {
+		for _, k := range d.booked() {
+			if slices.Contains(keys, k) {
+				out[k]++
+			}
+		}
+	}
+	return out, nil
 }
 
 // countsOf reads the counts of the counters the holders borrowed at, in one round trip.

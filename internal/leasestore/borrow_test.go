@@ -288,6 +288,58 @@ func TestReclaimRevokesTheNewestBorrowerForAWaiterWithinItsCap(t *testing.T) {
 	assertNoDrift(t, s)
 }
 
+// TestConcurrentReclaimsTakeOneSlotAboveTheCapOnce: a is one slot above its cap, with two
+// holders marked borrowed (a holder within the cap released since). A second reclaim runs
+// while the first one's victim is released but its slot not yet given back (the fault step
+// holder-released): it must see that slot as gone. Taking the counter at its word, it revoked
+// the other marked holder too, and a was left below its cap.
+func TestConcurrentReclaimsTakeOneSlotAboveTheCapOnce(t *testing.T) {
+	uri, db := newDatabase(t)
+	ctx := ctxT(t)
+	other := newStoreAt(t, uri, db)
+	forB := leasestore.ReclaimRequest{Resource: "pdf", Tenant: "b", TenantKey: tenantKey("b"), TenantCap: 2, For: "w"}
+	var once atomic.Bool
+	var second []string
+	reclaimer := newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, _ string) error {
+		if st == leasestore.StepHolderReleased && once.CompareAndSwap(false, true) {
+			h, ok, err := other.Reclaim(ctx, forB)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				second = append(second, h.ID)
+			}
+		}
+		return nil
+	}))
+	hs := make([]lease.Holder, 4)
+	for i := range hs {
+		hs[i] = mustAcquire(t, other, borrowReq("a", i, pdfCaps))
+	}
+	if !hs[2].Borrowed || !hs[3].Borrowed {
+		t.Fatalf("holders %+v, want the third and fourth borrowed", hs)
+	}
+	if _, err := other.Release(ctx, hs[0].Token); err != nil { // a: 3 held, 1 above its cap, 2 marks
+		t.Fatal(err)
+	}
+	first, ok, err := reclaimer.Reclaim(ctx, forB)
+	if err != nil || !ok || first.ID != hs[3].ID {
+		t.Fatalf("first reclaim: %+v, %v, %v; want the newest borrowed holder revoked", first, ok, err)
+	}
+	if len(second) != 0 {
+		t.Errorf("the concurrent reclaim revoked %v as well: a had one slot above its cap", second)
+	}
+	for _, h := range hs[1:3] {
+		if err := other.Touch(ctx, h.Token); err != nil {
+			t.Errorf("a's holder %s, within a's cap now: %v", h.ID, err)
+		}
+	}
+	if c := counts(t, other)[tenantKey("a")]; c != [2]int{2, 2} {
+		t.Errorf("a's counter %v (count, booked), want its cap 2", c)
+	}
+	assertNoDrift(t, other)
+}
+
 // TestReclaimOwesNothingToATenantAboveItsCap: a waiter whose tenant holds more than its cap
 // (a waiter at the global level counts its own tenant slot) reclaims nothing.
 func TestReclaimOwesNothingToATenantAboveItsCap(t *testing.T) {
