@@ -171,14 +171,18 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 			}
 			ok = borrowed
 		}
-		if !ok && b.waitTTL > 0 && i > 0 && b.doc.BorrowKey == b.levels[i-1].key && b.borrowable(i-1) {
-			// A borrower does not wait at the global level: it waits at its tenant level.
-			claimed, err := b.unborrow(ctx, i-1)
-			if err != nil || !claimed {
+		if !ok && b.waitTTL > 0 && i > 0 && b.borrowable(i-1) {
+			// A holder above its tenant cap does not wait at the global level: it waits
+			// at its tenant level.
+			claimed, kept, err := b.unborrow(ctx, i-1)
+			switch {
+			case kept:
+			case err != nil || !claimed:
 				return lease.Holder{}, err
+			default:
+				i -= 1 // the tenant level is booked again (within its cap): the global level next
+				continue
 			}
-			i -= 1 // the tenant level is booked again (within its cap): the global level next
-			continue
 		}
 		if !ok {
 			busy := &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}

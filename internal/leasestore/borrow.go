@@ -98,15 +98,35 @@ func setting(update bson.D, fields ...bson.E) bson.D {
 	return append(update, bson.E{Key: "$set", Value: bson.D(fields)})
 }
 
-// unborrow follows a refusal at the global level of a holder that borrowed its tenant level
-// ti: it gives the borrowed slot back and waits in the tenant level's line, keeping its place.
-// The holder names the slot in IncKey from the write that drops it from its levels until the
-// write that queues it, so that a crash in between leaves a slot Heal can account for.
-// claimed is true when the holder booked the tenant level again after all (within its cap).
-func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed bool, err error) {
+// unborrow follows a refusal at the global level of a holder whose tenant level ti is above
+// its cap: a borrower (its slot is marked), or a waiter of the tenant's line handed a slot
+// freed while the tenant was above its cap (unmarked; its tenant counter is read to know). It
+// gives the tenant slot back and waits in the tenant level's line, keeping its place, so that
+// the global line holds only waiters within their tenant caps and a reclaimed slot goes to
+// the waiter that reclaimed it. The holder names the slot in IncKey from the write that drops
+// it from its levels until the write that queues it, so that a crash in between leaves a slot
+// Heal can account for. claimed is true when the holder booked the tenant level again after
+// all (within its cap); kept is true when an unmarked holder's tenant was within its cap
+// after all, and the holder keeps its slot and waits at the global level.
+func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed, kept bool, err error) {
 	s, token, l := b.store, b.doc.ID, b.levels[ti]
+	marked := b.doc.BorrowKey == l.key
+	if !marked {
+		c, err := s.count(ctx, l.key)
+		if err != nil {
+			return false, false, s.abandon(ctx, token, nil, err)
+		}
+		if c <= l.Cap {
+			return false, true, nil
+		}
+	}
+	what := "returning the slot above the cap of " + l.key
+	mark := bson.E{Key: "borrowKey", Value: l.key}
+	if !marked {
+		mark.Value = bson.D{{Key: "$exists", Value: false}}
+	}
 	res, err := s.holders.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "borrowKey", Value: l.key}},
+		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, mark},
 		bson.D{
 			{Key: "$pull", Value: bson.D{{Key: "levels", Value: l.key}}},
 			{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}},
@@ -114,22 +134,45 @@ func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed bool, err err
 		})
 	switch {
 	case err != nil:
-		return false, s.abandon(ctx, token, nil, unavailable("returning the slot borrowed on "+l.key, err))
+		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
 	case res.MatchedCount == 0:
-		return false, unavailable("returning the slot borrowed on "+l.key, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+		return false, false, unavailable(what, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
 	}
+	levels := b.doc.Levels
 	b.doc.Levels = slices.DeleteFunc(slices.Clone(b.doc.Levels), func(k string) bool { return k == l.key })
 	b.doc.BorrowKey, b.doc.BorrowCap, b.doc.IncKey = "", 0, l.key
 	if err := s.fault(StepUnborrowed, l.key); err != nil {
-		return false, s.abandon(ctx, token, nil, unavailable("returning the slot borrowed on "+l.key, err))
+		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
 	}
-	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter.
-	if _, err := s.counters.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}, countBy(-1)); err != nil {
-		return false, s.abandon(ctx, token, nil, unavailable("returning the slot borrowed on "+l.key, err))
+	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter. An
+	// unmarked holder gives it only while the count is above the cap: two waiters of the
+	// tenant that both read it one above give back one slot, not two.
+	above := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}
+	if !marked {
+		above[1].Value = bson.D{{Key: "$gt", Value: l.Cap}}
+	}
+	res, err = s.counters.UpdateOne(ctx, above, countBy(-1))
+	if err != nil {
+		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
+	}
+	if res.MatchedCount == 0 && !marked {
+		// Within the cap after all: the holder books the slot again and waits at the
+		// global level.
+		res, err := s.holders.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "incKey", Value: l.key}},
+			bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
+		switch {
+		case err != nil:
+			return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
+		case res.MatchedCount == 0:
+			return false, false, unavailable(what, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+		}
+		b.doc.Levels, b.doc.IncKey = levels, ""
+		return false, true, nil
 	}
 	busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}
-	return b.wait(ctx, l, busy)
+	claimed, err = b.wait(ctx, l, busy)
+	return claimed, false, err
 }
 
 // giveBackBorrowed returns the slot a released holder borrowed at key: to the first live

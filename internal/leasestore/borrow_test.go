@@ -408,6 +408,106 @@ func TestBorrowerDoesNotWaitAtTheGlobalLevel(t *testing.T) {
 	assertNoDrift(t, s)
 }
 
+// TestWaiterHandedASlotAboveTheCapDoesNotWaitAtTheGlobalLevel: a holder within a's cap
+// releases while a is above it; its tenant slot goes to a's waiter (unmarked, a still above
+// its cap by it) and its global slot to b's first waiter. Refused at the global level, a's
+// waiter gives that slot back and waits at its tenant level: waiting at the global level with
+// its old place, it stood ahead of b's second waiter, took the slot b's reclaim freed, and b,
+// within its cap, waited on.
+func TestWaiterHandedASlotAboveTheCapDoesNotWaitAtTheGlobalLevel(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	hs := fillWithBorrowers(t, s)
+	wa := queueWaiter(t, s, borrowReq("a", 6, pdfCaps))
+	wb := queueWaiter(t, s, borrowReq("b", 0, pdfCaps))
+	if _, err := s.Release(ctx, hs[0].Token); err != nil { // within a's cap: tenant slot to wa, global to wb
+		t.Fatal(err)
+	}
+	if h, err := resume(t, s, borrowReq("b", 0, pdfCaps), wb, pdfGlobal, false); err != nil || h.State != lease.StateHeld {
+		t.Fatalf("b's first waiter: %+v, %v; want the global slot", h, err)
+	}
+	wb2 := queueWaiter(t, s, borrowReq("b", 1, pdfCaps))
+	_, err := resume(t, s, borrowReq("a", 6, pdfCaps), wa, tenantKey("a"), false)
+	var waiting *leasestore.WaitingError
+	if !errors.As(err, &waiting) || waiting.Busy.Level != lease.LevelTenant {
+		t.Fatalf("a's waiter: %v, want it waiting at its tenant level (a is above its cap)", err)
+	}
+	if line, _ := s.Line(ctx, pdfGlobal); len(line) != 1 || line[0].ID != lease.HolderID(wb2) {
+		t.Errorf("global line %+v, want b's second waiter alone", line)
+	}
+	forB := leasestore.ReclaimRequest{Resource: "pdf", Tenant: "b", TenantKey: tenantKey("b"), TenantCap: 2, For: lease.HolderID(wb2)}
+	v, ok, err := s.Reclaim(ctx, forB)
+	if err != nil || !ok || v.ID != hs[5].ID {
+		t.Fatalf("reclaim: %+v, %v, %v; want a's newest borrower revoked", v, ok, err)
+	}
+	if h, err := resume(t, s, borrowReq("b", 1, pdfCaps), wb2, pdfGlobal, false); err != nil || h.State != lease.StateHeld {
+		t.Fatalf("b's second waiter: %+v, %v; want the reclaimed global slot", h, err)
+	}
+	// The reclaimed holder's tenant slot went to a's waiter (marked): refused at the global
+	// level again, it gives it back.
+	if _, err := resume(t, s, borrowReq("a", 6, pdfCaps), wa, tenantKey("a"), false); !errors.As(err, &waiting) || waiting.Busy.Level != lease.LevelTenant {
+		t.Fatalf("a's waiter handed the reclaimed tenant slot: %v, want it waiting at its tenant level", err)
+	}
+	want := map[string][2]int{tenantKey("a"): {4, 4}, tenantKey("b"): {2, 2}, pdfGlobal: {6, 6}}
+	if diff := cmp.Diff(want, counts(t, s)); diff != "" {
+		t.Errorf("counters (-want +got):\n%s", diff)
+	}
+	assertNoDrift(t, s)
+}
+
+// TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt: a is one above its cap with two of
+// its waiters handed slots of its line, both refused at the global level; the second gives
+// its slot back while the first is between dropping the slot and giving it back (the fault
+// step unborrowed). One slot goes back (a at its cap); the first waiter is within the cap
+// then, books its slot again and waits at the global level.
+func TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt(t *testing.T) {
+	uri, db := newDatabase(t)
+	ctx := ctxT(t)
+	s := newStoreAt(t, uri, db)
+	caps := []lease.LevelCap{{Level: lease.LevelTenant, Cap: 2}, {Level: lease.LevelGlobal, Cap: 3}}
+	a := make([]lease.Holder, 3)
+	for i := range a {
+		a[i] = mustAcquire(t, s, borrowReq("a", i, caps)) // a[2] borrowed
+	}
+	wa1 := queueWaiter(t, s, borrowReq("a", 3, caps))
+	wa2 := queueWaiter(t, s, borrowReq("a", 4, caps))
+	wb := queueWaiter(t, s, borrowReq("b", 0, caps))
+	wb2 := queueWaiter(t, s, borrowReq("b", 1, caps))
+	for _, h := range a[:2] { // within a's cap: tenant slots to wa1, wa2; global ones to wb, wb2
+		if _, err := s.Release(ctx, h.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var once atomic.Bool
+	var second error
+	first := newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, _ string) error {
+		if st == leasestore.StepUnborrowed && once.CompareAndSwap(false, true) {
+			_, second = resume(t, s, borrowReq("a", 4, caps), wa2, tenantKey("a"), false)
+		}
+		return nil
+	}))
+	_, err := resume(t, first, borrowReq("a", 3, caps), wa1, tenantKey("a"), false)
+	for name, c := range map[string]struct {
+		err  error
+		want lease.Level
+	}{"first": {err, lease.LevelGlobal}, "second": {second, lease.LevelTenant}} {
+		var waiting *leasestore.WaitingError
+		if !errors.As(c.err, &waiting) || waiting.Busy.Level != c.want {
+			t.Errorf("a's %s waiter: %v, want it waiting at the %s level", name, c.err, c.want)
+		}
+	}
+	for i, w := range []string{wb, wb2} {
+		if h, err := resume(t, s, borrowReq("b", i, caps), w, pdfGlobal, false); err != nil || h.State != lease.StateHeld {
+			t.Fatalf("b's waiter %d: %+v, %v; want a global slot", i, h, err)
+		}
+	}
+	want := map[string][2]int{tenantKey("a"): {2, 2}, tenantKey("b"): {2, 2}, pdfGlobal: {3, 3}}
+	if diff := cmp.Diff(want, counts(t, s)); diff != "" {
+		t.Errorf("counters (-want +got):\n%s", diff)
+	}
+	assertNoDrift(t, s)
+}
+
 // TestBorrowingInvariantsUnderConcurrentTenants: two processes (stores on one database),
 // three tenants with borrowing; tenant a bursts with 8 loops holding 1.7-2.1 s, b and c
 // return after 0.5 s with 2 loops each holding 20-60 ms, every loop acquiring with a wait;
