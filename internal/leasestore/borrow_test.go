@@ -448,11 +448,7 @@ func TestWaiterHandedASlotAboveTheCapDoesNotWaitAtTheGlobalLevel(t *testing.T) {
 	if _, err := resume(t, s, borrowReq("a", 6, pdfCaps), wa, tenantKey("a"), false); !errors.As(err, &waiting) || waiting.Busy.Level != lease.LevelTenant {
 		t.Fatalf("a's waiter handed the reclaimed tenant slot: %v, want it waiting at its tenant level", err)
 	}
-	want := map[string][2]int{tenantKey("a"): {4, 4}, tenantKey("b"): {2, 2}, pdfGlobal: {6, 6}}
-	if diff := cmp.Diff(want, counts(t, s)); diff != "" {
-		t.Errorf("counters (-want +got):\n%s", diff)
-	}
-	assertNoDrift(t, s)
+	assertAtRest(t, s, map[string][2]int{tenantKey("a"): {4, 4}, tenantKey("b"): {2, 2}, pdfGlobal: {6, 6}})
 }
 
 // TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt: a is one above its cap with two of
@@ -501,7 +497,12 @@ func TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt(t *testing.T) {
 			t.Fatalf("b's waiter %d: %+v, %v; want a global slot", i, h, err)
 		}
 	}
-	want := map[string][2]int{tenantKey("a"): {2, 2}, tenantKey("b"): {2, 2}, pdfGlobal: {3, 3}}
+	assertAtRest(t, s, map[string][2]int{tenantKey("a"): {2, 2}, tenantKey("b"): {2, 2}, pdfGlobal: {3, 3}})
+}
+
+// assertAtRest checks the counters against want, and against what their holders book.
+func assertAtRest(t *testing.T, s *leasestore.Store, want map[string][2]int) {
+	t.Helper()
 	if diff := cmp.Diff(want, counts(t, s)); diff != "" {
 		t.Errorf("counters (-want +got):\n%s", diff)
 	}
