@@ -47,6 +47,8 @@ type routeHandlers struct {
 	revoked http.Handler
 	// relay runs an agent's lazy idle sweep on the manager.
 	relay http.Handler
+	// reclaim runs an agent waiter's borrowing reclaim on the manager.
+	reclaim http.Handler
 	// definitions answers the agents' definitions and tenancy (deflink).
 	definitions http.Handler
 }
@@ -64,6 +66,7 @@ func routes(h routeHandlers) *http.ServeMux {
 		{httpapi.PathOpenAPI, h.api},
 		{agentlink.ReceiverPath, h.revoked},
 		{sweeper.RelayPath, h.relay},
+		{sweeper.ReclaimRelayPath, h.reclaim},
 		{deflink.ResolvePath, h.definitions},
 		{deflink.WatchPath, h.definitions},
 	} {

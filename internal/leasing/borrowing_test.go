@@ -1,15 +1,21 @@
 package leasing_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
@@ -87,6 +93,89 @@ func TestReturningTenantIsServedWithinGraceAndOneHandOver(t *testing.T) {
 	}
 	if err := ps[0].svc.Check(ctx, within.Token); err != nil {
 		t.Errorf("acme's holder within its cap: %v, want it kept", err)
+	}
+	assertNoDrift(t, ps[0].store)
+}
+
+// revocations records what a revocation listener is handed, by reason.
+type revocations struct {
+	mu  sync.Mutex
+	ids map[string][]string
+}
+
+func (r *revocations) Revoked(_ context.Context, reason string, hs []lease.Holder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil {
+		r.ids = map[string][]string{}
+	}
+	for _, h := range hs {
+		r.ids[reason] = append(r.ids[reason], h.ID)
+	}
+}
+
+func (r *revocations) of(reason string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ids[reason])
+}
+
+// TestAgentsReclaimRunsOnTheManager: a lease agent's waiter (process 1, with the reclaim
+// relay) reclaims through the manager (process 0): the revoked borrower goes to the manager's
+// listener, which runs its handler and records the Event, and not to the agent's, which
+// knows no pod but its own. The manager checks the waiter in the store: a holder that does
+// not wait, an unknown one, and the waiter before its grace are owed nothing.
+func TestAgentsReclaimRunsOnTheManager(t *testing.T) {
+	const grace = 5 * time.Second
+	clk := testingclock.NewFakeClock(time.Now())
+	var manager, agent revocations
+	var ps []*process
+	ps = newProcesses(t, 2, []leaseDef{{name: "pdf", tenant: 1, global: 2, ttlSeconds: 60, waitMs: 60000,
+		borrowing: true, graceSeconds: int32(grace / time.Second)}}, processOpts{clock: clk, safety: time.Hour,
+		svcOpts: func(i int) []leasing.Option {
+			if i == 0 {
+				return []leasing.Option{leasing.WithRevocationListener(&manager)}
+			}
+			return []leasing.Option{leasing.WithRevocationListener(&agent),
+				leasing.WithReclaimRelay(func(ctx context.Context, id string) (bool, error) { return ps[0].svc.ReclaimFor(ctx, id) })}
+		}})
+	ctx := waitfor.Context(t)
+	within := mustAcquire(t, ps[0].svc, tenantReq("pdf", "acme", 0))
+	borrower := mustAcquire(t, ps[0].svc, tenantReq("pdf", "acme", 1))
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := acquire(ctx, ps[1].svc, tenantReq("pdf", "globex", 0))
+		got <- err
+	}()
+	ps[1].untilInLine(t, globalKey("pdf"), 1)
+	waitfor.Until(t, "the waiter waits on the clock", clk.HasWaiters)
+	line, err := ps[0].store.Line(ctx, globalKey("pdf"))
+	if err != nil || len(line) != 1 {
+		t.Fatalf("global line %+v, %v; want globex's waiter", line, err)
+	}
+	for name, id := range map[string]string{"a holder that does not wait": lease.HolderID(within.Token),
+		"an unknown holder": lease.HolderID("0123456789abcdef0123456789abcdef"), "the waiter within its grace": line[0].ID} {
+		if revoked, err := ps[0].svc.ReclaimFor(ctx, id); revoked || !errors.Is(err, leasing.ErrNotOwed) {
+			t.Errorf("ReclaimFor %s: %v, %v; want ErrNotOwed", name, revoked, err)
+		}
+	}
+
+	clk.Step(grace) // the grace ends; the clock stays here
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("globex's acquisition: %v, want the reclaimed slot", err)
+		}
+	case <-time.After(waitfor.Bound):
+		t.Fatalf("globex not served within %v (real time) of the grace's end", waitfor.Bound)
+	}
+	waitfor.Until(t, "the manager's listener handed the reclaimed holder", func() bool { return len(manager.of(metrics.ReapReclaim)) > 0 })
+	if diff := cmp.Diff([]string{lease.HolderID(borrower.Token)}, manager.of(metrics.ReapReclaim)); diff != "" {
+		t.Errorf("the manager's reclaims (-want +got):\n%s", diff)
+	}
+	if got := agent.of(metrics.ReapReclaim); len(got) != 0 {
+		t.Errorf("the agent dispatched the reclaim itself: %v", got)
 	}
 	assertNoDrift(t, ps[0].store)
 }

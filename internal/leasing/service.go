@@ -45,6 +45,9 @@ type Store interface {
 	// Reclaim revokes a borrowed slot for a waiter at the global level whose tenant is
 	// within its cap (docs/borrowing.md).
 	Reclaim(ctx context.Context, req leasestore.ReclaimRequest) (lease.Holder, bool, error)
+	// GetHolderByID and Line let ReclaimFor check the waiter an agent names.
+	GetHolderByID(ctx context.Context, id string) (lease.Holder, error)
+	Line(ctx context.Context, key string) ([]leasestore.InLine, error)
 }
 
 var _ Store = (*leasestore.Store)(nil)
@@ -134,6 +137,7 @@ type config struct {
 	queue          *waitq.Queue
 	sweepInterval  time.Duration
 	idleReaper     IdleReaper
+	reclaimRelay   ReclaimRelay
 	tokenCacheSize int
 	maxLabels      int
 	random         func() float64
@@ -149,6 +153,17 @@ type IdleReaper func(ctx context.Context, resource string) (sweep leasestore.Idl
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's
 // dispatch matrix (docs/design.md, "Revocation and the dispatch matrix").
 func WithIdleReaper(r IdleReaper) Option { return func(c *config) { c.idleReaper = r } }
+
+// ReclaimRelay asks another process (the manager, for a lease agent) to reclaim a borrowed
+// slot for the waiter with public ID waiter and to dispatch the revoked holder through its own
+// listener (ReclaimFor). revoked reports whether it revoked one; an error means it could not
+// be asked, and the service reclaims itself.
+type ReclaimRelay func(ctx context.Context, waiter string) (revoked bool, err error)
+
+// WithReclaimRelay makes a waiter's reclaim run on the manager, as WithIdleReaper does the
+// lazy sweep: the lease agent's dispatcher knows no pod but its own and could only release the
+// revoked holder, without its type's handler or an Event (docs/borrowing.md).
+func WithReclaimRelay(r ReclaimRelay) Option { return func(c *config) { c.reclaimRelay = r } }
 
 // WithRevocationListener hands the holders a lazy sweep reaps to l (the dispatcher); without
 // one a reap is only counted and logged.

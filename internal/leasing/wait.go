@@ -3,6 +3,8 @@ package leasing
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -285,29 +287,90 @@ func (r *reclaiming) due(busy *lease.BusyError, since time.Time) (time.Time, boo
 	return since.Add(r.grace), true
 }
 
-// reclaim asks the store, on its own goroutine, to revoke a borrowed slot for the waiter
-// with public ID id; the revoked holder goes to the revocation listener with reason reclaim.
-// The waiter is handed the freed global slot by the release's hand-over (or the next
-// waiter ahead of it is): it does not wait for this call. Each look of the waiter asks at
-// most once, so a waiter reclaims at most one slot a safety period.
+// reclaim asks, on its own goroutine, for a borrowed slot to be revoked for the waiter with
+// public ID id: the manager through the relay (WithReclaimRelay), or the store, the revoked
+// holder going to the revocation listener with reason reclaim. The waiter is handed the freed
+// global slot by the release's hand-over (or the next waiter ahead of it is): it does not
+// wait for this call. Each look of the waiter asks at most once, so a waiter reclaims at most
+// one slot a safety period.
 func (s *Service) reclaim(ctx context.Context, req leasestore.AcquireRequest, r *reclaiming, id string) {
 	cctx := context.WithoutCancel(ctx)
 	s.background.Go(func() {
-		h, ok, err := s.store.Reclaim(cctx, leasestore.ReclaimRequest{
-			Resource: req.Resource, Tenant: req.Tenant, TenantKey: r.tenantKey, TenantCap: r.tenantCap, For: id,
-		})
-		if err != nil {
-			logf.FromContext(cctx).Error(err, "Reclaim failed", "resource", req.Resource, "waiter", id)
+		log := logf.FromContext(cctx)
+		if s.cfg.reclaimRelay != nil {
+			_, err := s.cfg.reclaimRelay(cctx, id)
+			if err == nil {
+				return
+			}
+			log.Error(err, "Reclaim relay failed, reclaiming here", "resource", req.Resource, "waiter", id)
 		}
-		if !ok {
-			return
+		if _, err := s.reclaimHere(cctx, req.Resource, req.Tenant, r, id); err != nil {
+			log.Error(err, "Reclaim failed", "resource", req.Resource, "waiter", id)
 		}
-		if s.listener == nil { // otherwise the listener counts it, as for every reap path
-			s.metrics.Reap.WithLabelValues(metrics.ReapReclaim).Inc()
-		}
-		s.tokens.forget(h.Token)
-		s.dispatch(cctx, metrics.ReapReclaim, []lease.Holder{h})
 	})
+}
+
+// reclaimHere runs one reclaim for the waiter with public ID id of tenant at resource and
+// dispatches the revoked holder; revoked reports whether there was one.
+func (s *Service) reclaimHere(ctx context.Context, resource, tenant string, r *reclaiming, id string) (revoked bool, err error) {
+	h, ok, err := s.store.Reclaim(ctx, leasestore.ReclaimRequest{
+		Resource: resource, Tenant: tenant, TenantKey: r.tenantKey, TenantCap: r.tenantCap, For: id,
+	})
+	if !ok {
+		return false, err
+	}
+	if s.listener == nil { // otherwise the listener counts it, as for every reap path
+		s.metrics.Reap.WithLabelValues(metrics.ReapReclaim).Inc()
+	}
+	s.tokens.forget(h.Token)
+	s.dispatch(ctx, metrics.ReapReclaim, []lease.Holder{h})
+	return true, err
+}
+
+// ErrNotOwed is ReclaimFor's answer for a waiter that is owed no reclaim now: gone, not
+// waiting at the global level of a borrowing definition, or within its grace.
+var ErrNotOwed = errors.New("the waiter is owed no reclaim")
+
+// reclaimSkew is the clock skew ReclaimFor allows between this process and the store, whose
+// time the waiter's place is.
+const reclaimSkew = time.Second
+
+// ReclaimFor runs the reclaim a lease agent relays (WithReclaimRelay) for the waiter with
+// public ID id, in this process, whose listener runs the revoked holder's handler and records
+// the Event. Nothing of the request is taken on trust: the waiter is read from the store
+// (its tenant, its definition, that it waits at the global level of its resource and has
+// waited the grace), so a caller can only ask for what the waiter's own process would do.
+func (s *Service) ReclaimFor(ctx context.Context, id string) (revoked bool, err error) {
+	h, err := s.store.GetHolderByID(ctx, id)
+	switch {
+	case errors.Is(err, lease.ErrLost):
+		return false, fmt.Errorf("%w: no holder %s", ErrNotOwed, id)
+	case err != nil:
+		return false, err
+	case h.State != lease.StateWaiting:
+		return false, fmt.Errorf("%w: holder %s is %s", ErrNotOwed, id, h.State)
+	}
+	def, err := s.resolver.Resolve(ctx, h.Tenant, h.Project, h.LeaseName)
+	if err != nil {
+		return false, fmt.Errorf("%w: resolving lease %s: %w", ErrNotOwed, h.LeaseName, err)
+	}
+	r := reclaimOf(def, Request{Tenant: h.Tenant, Project: h.Project, User: h.User})
+	if r == nil || def.Resource != h.Resource {
+		return false, fmt.Errorf("%w: lease %s does not borrow", ErrNotOwed, h.LeaseName)
+	}
+	global := lease.CounterKey(h.Resource, lease.LevelGlobal, lease.ScopeOf(lease.LevelGlobal, h.Tenant, h.Project, h.User))
+	line, err := s.store.Line(ctx, global)
+	if err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(line, func(w leasestore.InLine) bool { return w.ID == id })
+	switch {
+	case i < 0:
+		return false, fmt.Errorf("%w: holder %s does not wait at the global level", ErrNotOwed, id)
+	case s.clk.Now().Add(reclaimSkew).Before(line[i].QueuedAt.Add(r.grace)):
+		return false, fmt.Errorf("%w: holder %s is within its grace", ErrNotOwed, id)
+	}
+	return s.reclaimHere(ctx, h.Resource, h.Tenant, r, id)
 }
 
 // call runs f on its own goroutine under the store's timeout (not ctx) and waits for it until

@@ -49,6 +49,8 @@ type processOpts struct {
 	safety     time.Duration
 	clock      clock.WithTicker // nil: real
 	storeOpts  []leasestore.Option
+	// svcOpts adds service options to process i.
+	svcOpts func(i int) []leasing.Option
 }
 
 // newProcesses starts n processes on one fresh database serving defs, each with its
@@ -103,6 +105,9 @@ func newProcessesAt(t *testing.T, uri, db string, n int, defs []leaseDef, o proc
 		}
 		if o.safety > 0 {
 			svcOpts = append(svcOpts, leasing.WithSafetyTimer(o.safety))
+		}
+		if o.svcOpts != nil {
+			svcOpts = append(svcOpts, o.svcOpts(i)...)
 		}
 		// As cmd/manager wires it: a definition change wakes the process's waiters.
 		p.resolver = definition.NewResolver(nil, source)

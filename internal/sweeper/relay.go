@@ -51,14 +51,8 @@ type relayResponse struct {
 func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, interval time.Duration) http.Handler {
 	gate := &relayGate{last: map[string]time.Time{}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
-			return
-		}
 		var req relayRequest
-		if fe := httpjson.Decode(w, r, 4<<10, &req, true); fe != nil {
-			httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid, Message: fe.Error(), Field: fe.Field})
+		if !decodePost(w, r, &req) {
 			return
 		}
 		if req.Resource == "" || len(req.Resource) > maxResourceLen {
@@ -115,16 +109,7 @@ func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(c
 	}
 	url := strings.TrimRight(managerURL, "/") + RelayPath
 	return func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
-		body, err := json.Marshal(relayRequest{Resource: resource})
-		if err != nil {
-			return leasestore.IdleSweep{}, 0, fmt.Errorf("encoding sweep request: %w", err)
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return leasestore.IdleSweep{}, 0, fmt.Errorf("building sweep request: %w", err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
+		resp, err := postJSON(ctx, client, url, relayRequest{Resource: resource})
 		if err == nil {
 			var out relayResponse
 			derr := json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&out)
@@ -143,4 +128,33 @@ func RelayReaper(client *http.Client, managerURL string, local IdleStore) func(c
 		sw, lerr := local.SweepIdle(ctx, resource)
 		return sw, 0, errors.Join(fmt.Errorf("asking the manager to sweep %s (swept here instead): %w", resource, err), lerr)
 	}
+}
+
+// decodePost decodes the JSON body of a POST into dst; otherwise it answers 405 or 400 and
+// returns false.
+func decodePost(w http.ResponseWriter, r *http.Request, dst any) bool {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
+		return false
+	}
+	if fe := httpjson.Decode(w, r, 4<<10, dst, true); fe != nil {
+		httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid, Message: fe.Error(), Field: fe.Field})
+		return false
+	}
+	return true
+}
+
+// postJSON posts in as JSON to url.
+func postJSON(ctx context.Context, client *http.Client, url string, in any) (*http.Response, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return client.Do(req)
 }
