@@ -77,7 +77,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "vance_lease_release_total", Help: "Lease releases by resource and outcome.",
 		}, []string{"resource", "outcome"}),
 		Reap: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vance_lease_reap_total", Help: "Holders reaped, by reason (idle, pod, revoke).",
+			Name: "vance_lease_reap_total", Help: "Holders reaped, by reason (idle, pod, revoke, reclaim).",
 		}, []string{"reason"}),
 		Reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vance_lease_reconcile_total", Help: "Counters corrected by reconcile.",

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -195,5 +196,39 @@ func TestDispatcherDrainIsBounded(t *testing.T) {
 	}
 	if got := ran(); len(got) != 0 {
 		t.Errorf("the stuck handler completed: %v", got)
+	}
+}
+
+// TestReclaimedHolderIsDispatchedWithItsEvent: a holder revoked by a borrowing reclaim goes
+// through the matrix like any revocation (its handler runs: here it notifies the holder in this
+// pod), is counted as reap{reason="reclaim"}, and its Event says who reclaimed what.
+func TestReclaimedHolderIsDispatchedWithItsEvent(t *testing.T) {
+	self := lease.PodRef{Namespace: "acme", Name: "app-0", UID: "u"}
+	hub := notify.NewHub(time.Minute, clock.RealClock{})
+	recorder := events.NewFakeRecorder(4)
+	m := metrics.New(prometheus.NewRegistry())
+	d := revocation.NewDispatcher(noPods{}, self, handlers.NewDefaultRegistry(hub, nil, nil),
+		revocation.WithMetrics(m), revocation.WithRecorder(recorder))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = d.Start(ctx) }()
+	d.Revoked(ctx, metrics.ReapReclaim, []lease.Holder{{Token: "t1", ID: lease.HolderID("t1"), Type: "tex", Resource: "pdf",
+		Tenant: "acme", Pod: self, PodBound: true, Borrowed: true, ReclaimedFor: "globex waiter lh-0123456789abcdef01234567"}})
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if ev, ok := hub.Wait(wctx, "t1"); !ok || ev.Reason != metrics.ReapReclaim {
+		t.Fatalf("the holder's notification %+v, %v; want reason reclaim", ev, ok)
+	}
+	select {
+	case e := <-recorder.Events:
+		want := "revoked (reclaim): borrowed above tenant acme's cap, reclaimed for globex waiter lh-0123456789abcdef01234567; handler ran in this pod"
+		if !strings.HasPrefix(e, "Normal "+revocation.EventReasonRevoked+" ") || !strings.HasSuffix(e, want) {
+			t.Errorf("Event %q, want a Normal %s ending in %q", e, revocation.EventReasonRevoked, want)
+		}
+	case <-wctx.Done():
+		t.Fatal("no Event recorded")
+	}
+	if got := promtestutil.ToFloat64(m.Reap.WithLabelValues(metrics.ReapReclaim)); got != 1 {
+		t.Errorf("reap{reason=reclaim} = %v, want 1", got)
 	}
 }
