@@ -112,7 +112,7 @@ func runAgent(args []string) error {
 	// A waiter's borrowing reclaim runs on the manager too, which runs the revoked holder's
 	// handler and records the Event; here it would be a release only (docs/borrowing.md).
 	svcOpts := append(wt.serviceOptions(), leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)),
-		leasing.WithReclaimRelay(sweeper.RelayReclaim(nil, f.managerURL)),
+		leasing.WithReclaimRelay(sweeper.RelayReclaim(nil, f.managerURL, leasing.ErrRelayUnreachable)),
 		leasing.WithRevocationListener(dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(m))
 	svc := leasing.NewService(store, defs, registry, svcOpts...)
 	wt.startNotifier(ctx, store)

@@ -300,7 +300,7 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 		// manager's dispatch matrix (an agent watches no pods).
 		relay: sweeper.RelayHandler(store, rev.dispatcher, realClock, leasing.DefaultSweepInterval),
 		// Agents ask for their waiters' borrowing reclaims here, for the same reason.
-		reclaim: sweeper.ReclaimRelayHandler(svc, leasing.ErrNotOwed),
+		reclaim: sweeper.ReclaimRelayHandler(svc, podByIP(rev.watcher), leasing.ErrNotOwed, realClock, ctrl.Log.WithName("reclaim")),
 		// Agents read no Kubernetes API: they ask here for their tenant and definitions.
 		definitions: agentDefinitions(resolver, tenants, rev.watcher, f.store.secret),
 	}, adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,

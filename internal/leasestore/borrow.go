@@ -99,15 +99,17 @@ func setting(update bson.D, fields ...bson.E) bson.D {
 }
 
 // unborrow follows a refusal at the global level of a holder whose tenant level ti is above
-// its cap: a borrower (its slot is marked), or a waiter of the tenant's line handed a slot
-// freed while the tenant was above its cap (unmarked; its tenant counter is read to know). It
-// gives the tenant slot back and waits in the tenant level's line, keeping its place, so that
-// the global line holds only waiters within their tenant caps and a reclaimed slot goes to
-// the waiter that reclaimed it. The holder names the slot in IncKey from the write that drops
-// it from its levels until the write that queues it, so that a crash in between leaves a slot
-// Heal can account for. claimed is true when the holder booked the tenant level again after
-// all (within its cap); kept is true when an unmarked holder's tenant was within its cap
-// after all, and the holder keeps its slot and waits at the global level.
+// its cap: a borrower (its slot is marked), or any other holder of the tenant (unmarked: a
+// waiter of the tenant's line handed a slot freed while the tenant was above its cap, or an
+// acquisition that booked within the cap before a borrower went above it; its tenant counter
+// is read to know). It gives the tenant slot back and waits in the tenant level's line,
+// keeping its place, so that the global line holds only waiters within their tenant caps and
+// a reclaimed slot goes to the waiter that reclaimed it. The holder names the slot in IncKey
+// from the write that drops it from its levels until the write that queues it (or books it
+// again), so that a crash in between leaves a slot Heal can account for. claimed is true when
+// the holder booked the tenant level again after all (within its cap); kept is true when its
+// tenant was within its cap after all, and the holder keeps its slot (unmarked) and waits at
+// the global level.
 func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed, kept bool, err error) {
 	s, token, l := b.store, b.doc.ID, b.levels[ti]
 	marked := b.doc.BorrowKey == l.key
@@ -144,20 +146,18 @@ func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed, kept bool, e
 	if err := s.fault(StepUnborrowed, l.key); err != nil {
 		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
 	}
-	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter. An
-	// unmarked holder gives it only while the count is above the cap: two waiters of the
-	// tenant that both read it one above give back one slot, not two.
-	above := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}}
-	if !marked {
-		above[1].Value = bson.D{{Key: "$gt", Value: l.Cap}}
-	}
-	res, err = s.counters.UpdateOne(ctx, above, countBy(-1))
+	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter, only
+	// while the count is above the cap: two holders of the tenant that both saw it one above
+	// give back one slot, not two (the count never dips below the cap while the tenant's line
+	// waits, where a newcomer could take the slot ahead of it).
+	res, err = s.counters.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: l.Cap}}}}, countBy(-1))
 	if err != nil {
 		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
 	}
-	if res.MatchedCount == 0 && !marked {
-		// Within the cap after all: the holder books the slot again and waits at the
-		// global level.
+	if res.MatchedCount == 0 {
+		// Within the cap after all: the holder books the slot again (unmarked) and waits at
+		// the global level.
 		res, err := s.holders.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "incKey", Value: l.key}},
 			bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
@@ -260,7 +260,7 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 	if err != nil {
 		return lease.Holder{}, false, err
 	}
-	live, err := s.liveBookings(ctx, slices.Collect(maps.Keys(counts)))
+	live, err := s.liveBookings(ctx, req.Resource, slices.Collect(maps.Keys(counts)))
 	if err != nil {
 		return lease.Holder{}, false, err
 	}
@@ -324,14 +324,17 @@ func (s *Store) borrowers(ctx context.Context, resource, tenant string) ([]holde
 	return docs, nil
 }
 
-// liveBookings counts, per counter key, the holders that book it and are not being released,
-// in one round trip.
-func (s *Store) liveBookings(ctx context.Context, keys []string) (map[string]int, error) {
+// liveBookings counts, per counter key of resource, the holders that book it and are not being
+// released, in one round trip (the resource selects them by index). A holder that names a key
+// only in incKey (between a counter's write and its own) is not counted: a reclaim then sees
+// fewer slots above the cap, and revokes less, never more.
+func (s *Store) liveBookings(ctx context.Context, resource string, keys []string) (map[string]int, error) {
 	out := make(map[string]int, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
 	cur, err := s.holders.Find(ctx, bson.D{
+		{Key: "resource", Value: resource},
 		notReleased,
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: "levels", Value: bson.D{{Key: "$in", Value: keys}}}},

@@ -454,8 +454,8 @@ func TestWaiterHandedASlotAboveTheCapDoesNotWaitAtTheGlobalLevel(t *testing.T) {
 // TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt: a is one above its cap with two of
 // its waiters handed slots of its line, both refused at the global level; the second gives
 // its slot back while the first is between dropping the slot and giving it back (the fault
-// step unborrowed). One slot goes back (a at its cap); the first waiter is within the cap
-// then, books its slot again and waits at the global level.
+// step unborrowed). One slot goes back (a at its cap, never below it while its line waits);
+// the first waiter is within the cap then, books its slot again and waits at the global level.
 func TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt(t *testing.T) {
 	uri, db := newDatabase(t)
 	ctx := ctxT(t)
@@ -476,9 +476,15 @@ func TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt(t *testing.T) {
 	}
 	var once atomic.Bool
 	var second error
-	first := newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, _ string) error {
-		if st == leasestore.StepUnborrowed && once.CompareAndSwap(false, true) {
+	var dips []int // a's count when the first waiter queues at a's level: below the cap is a dip
+	first := newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, k string) error {
+		switch {
+		case st == leasestore.StepUnborrowed && once.CompareAndSwap(false, true):
 			_, second = resume(t, s, borrowReq("a", 4, caps), wa2, tenantKey("a"), false)
+		case st == leasestore.StepQueued && k == tenantKey("a"):
+			if c := counts(t, s)[tenantKey("a")][0]; c < 2 {
+				dips = append(dips, c)
+			}
 		}
 		return nil
 	}))
@@ -491,6 +497,9 @@ func TestTwoWaitersAboveTheCapGiveBackOnlyTheSlotsAboveIt(t *testing.T) {
 		if !errors.As(c.err, &waiting) || waiting.Busy.Level != c.want {
 			t.Errorf("a's %s waiter: %v, want it waiting at the %s level", name, c.err, c.want)
 		}
+	}
+	if len(dips) > 0 {
+		t.Errorf("a's count fell below its cap of 2 while its line waited: %v", dips)
 	}
 	for i, w := range []string{wb, wb2} {
 		if h, err := resume(t, s, borrowReq("b", i, caps), w, pdfGlobal, false); err != nil || h.State != lease.StateHeld {

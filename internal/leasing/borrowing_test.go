@@ -122,14 +122,16 @@ func (r *revocations) of(reason string) []string {
 
 // TestAgentsReclaimRunsOnTheManager: a lease agent's waiter (process 1, with the reclaim
 // relay) reclaims through the manager (process 0): the revoked borrower goes to the manager's
-// listener, which runs its handler and records the Event, and not to the agent's, which
-// knows no pod but its own. The manager checks the waiter in the store: a holder that does
-// not wait, an unknown one, and the waiter before its grace are owed nothing.
+// listener (in the manager, the dispatcher that runs the handler and records the Event), and
+// not to the agent's, which knows no pod but its own. The manager checks the waiter in the
+// store: asked by another pod, for a holder that does not wait, for an unknown one, or for the
+// waiter before its grace, it reclaims nothing.
 func TestAgentsReclaimRunsOnTheManager(t *testing.T) {
 	const grace = 5 * time.Second
 	clk := testingclock.NewFakeClock(time.Now())
 	var manager, agent revocations
 	var ps []*process
+	waiterPod, withinPod := tenantReq("pdf", "globex", 0).Pod, tenantReq("pdf", "acme", 0).Pod
 	ps = newProcesses(t, 2, []leaseDef{{name: "pdf", tenant: 1, global: 2, ttlSeconds: 60, waitMs: 60000,
 		borrowing: true, graceSeconds: int32(grace / time.Second)}}, processOpts{clock: clk, safety: time.Hour,
 		svcOpts: func(i int) []leasing.Option {
@@ -137,7 +139,9 @@ func TestAgentsReclaimRunsOnTheManager(t *testing.T) {
 				return []leasing.Option{leasing.WithRevocationListener(&manager)}
 			}
 			return []leasing.Option{leasing.WithRevocationListener(&agent),
-				leasing.WithReclaimRelay(func(ctx context.Context, id string) (bool, error) { return ps[0].svc.ReclaimFor(ctx, id) })}
+				leasing.WithReclaimRelay(func(ctx context.Context, id string) (bool, error) {
+					return ps[0].svc.ReclaimFor(ctx, waiterPod, id)
+				})}
 		}})
 	ctx := waitfor.Context(t)
 	within := mustAcquire(t, ps[0].svc, tenantReq("pdf", "acme", 0))
@@ -154,14 +158,28 @@ func TestAgentsReclaimRunsOnTheManager(t *testing.T) {
 	if err != nil || len(line) != 1 {
 		t.Fatalf("global line %+v, %v; want globex's waiter", line, err)
 	}
-	for name, id := range map[string]string{"a holder that does not wait": lease.HolderID(within.Token),
-		"an unknown holder": lease.HolderID("0123456789abcdef0123456789abcdef"), "the waiter within its grace": line[0].ID} {
-		if revoked, err := ps[0].svc.ReclaimFor(ctx, id); revoked || !errors.Is(err, leasing.ErrNotOwed) {
+	for name, c := range map[string]struct {
+		caller lease.PodRef
+		id     string
+	}{
+		"a holder that does not wait": {withinPod, lease.HolderID(within.Token)},
+		"an unknown holder":           {waiterPod, lease.HolderID("0123456789abcdef0123456789abcdef")},
+		"the waiter within its grace": {waiterPod, line[0].ID},
+	} {
+		if revoked, err := ps[0].svc.ReclaimFor(ctx, c.caller, c.id); revoked || !errors.Is(err, leasing.ErrNotOwed) {
 			t.Errorf("ReclaimFor %s: %v, %v; want ErrNotOwed", name, revoked, err)
 		}
 	}
 
-	clk.Step(grace) // the grace ends; the clock stays here
+	// The grace ends on the services' clock, and on the store's time of the waiter's place
+	// (ReclaimFor judges by it): the fake clock started before the setup, which took real time.
+	clk.Step(grace + max(0, line[0].QueuedAt.Sub(clk.Now())))
+	// Past its grace the waiter is owed a reclaim, but only its own pod may ask for it.
+	for name, caller := range map[string]lease.PodRef{"another pod": withinPod, "no pod": {}} {
+		if revoked, err := ps[0].svc.ReclaimFor(ctx, caller, line[0].ID); revoked || !errors.Is(err, leasing.ErrNotOwed) {
+			t.Errorf("ReclaimFor the waiter past its grace, asked by %s: %v, %v; want ErrNotOwed", name, revoked, err)
+		}
+	}
 	select {
 	case err := <-got:
 		if err != nil {

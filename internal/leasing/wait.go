@@ -299,7 +299,13 @@ func (s *Service) reclaim(ctx context.Context, req leasestore.AcquireRequest, r 
 		log := logf.FromContext(cctx)
 		if s.cfg.reclaimRelay != nil {
 			_, err := s.cfg.reclaimRelay(cctx, id)
-			if err == nil {
+			switch {
+			case err == nil:
+				return
+			case !errors.Is(err, ErrRelayUnreachable):
+				// The manager may have reclaimed: reclaiming here too could revoke twice.
+				// The waiter's next look asks again.
+				log.Error(err, "Reclaim relay failed", "resource", req.Resource, "waiter", id)
 				return
 			}
 			log.Error(err, "Reclaim relay failed, reclaiming here", "resource", req.Resource, "waiter", id)
@@ -327,9 +333,15 @@ func (s *Service) reclaimHere(ctx context.Context, resource, tenant string, r *r
 	return true, err
 }
 
-// ErrNotOwed is ReclaimFor's answer for a waiter that is owed no reclaim now: gone, not
-// waiting at the global level of a borrowing definition, or within its grace.
+// ErrNotOwed is ReclaimFor's answer for a waiter that is owed no reclaim now: not a waiter of
+// the calling pod, not waiting (or lapsed) at the global level of a borrowing definition, or
+// within its grace.
 var ErrNotOwed = errors.New("the waiter is owed no reclaim")
+
+// ErrRelayUnreachable is a ReclaimRelay's error when the other process could not be reached,
+// so that nothing was asked of it: then the service reclaims itself. After any other error the
+// other process may have reclaimed, and the service leaves it to the waiter's next look.
+var ErrRelayUnreachable = errors.New("the reclaim relay could not reach the manager")
 
 // reclaimSkew is the clock skew ReclaimFor allows between this process and the store, whose
 // time the waiter's place is.
@@ -337,22 +349,28 @@ const reclaimSkew = time.Second
 
 // ReclaimFor runs the reclaim a lease agent relays (WithReclaimRelay) for the waiter with
 // public ID id, in this process, whose listener runs the revoked holder's handler and records
-// the Event. Nothing of the request is taken on trust: the waiter is read from the store
-// (its tenant, its definition, that it waits at the global level of its resource and has
-// waited the grace), so a caller can only ask for what the waiter's own process would do.
-func (s *Service) ReclaimFor(ctx context.Context, id string) (revoked bool, err error) {
+// the Event. caller is the pod that asks (by its source address): only the waiter's own pod
+// may. Nothing else of the request is taken on trust: the waiter is read from the store (its
+// pod, its tenant, its definition, that it waits at the global level of its resource, is not
+// lapsed and has waited the grace), so a pod can only ask for what its waiter's process would
+// do. A holder of another pod and an unknown one get the same answer, which tells nothing of
+// the holder.
+func (s *Service) ReclaimFor(ctx context.Context, caller lease.PodRef, id string) (revoked bool, err error) {
 	h, err := s.store.GetHolderByID(ctx, id)
 	switch {
-	case errors.Is(err, lease.ErrLost):
-		return false, fmt.Errorf("%w: no holder %s", ErrNotOwed, id)
+	case errors.Is(err, lease.ErrLost) || err == nil && !samePod(h.Pod, caller):
+		return false, fmt.Errorf("%w: %s is no waiter of pod %s", ErrNotOwed, id, caller)
 	case err != nil:
 		return false, err
 	case h.State != lease.StateWaiting:
 		return false, fmt.Errorf("%w: holder %s is %s", ErrNotOwed, id, h.State)
 	}
 	def, err := s.resolver.Resolve(ctx, h.Tenant, h.Project, h.LeaseName)
-	if err != nil {
+	switch {
+	case errors.Is(err, lease.ErrInvalid):
 		return false, fmt.Errorf("%w: resolving lease %s: %w", ErrNotOwed, h.LeaseName, err)
+	case err != nil:
+		return false, err // unreadable now: the agent's next look asks again
 	}
 	r := reclaimOf(def, Request{Tenant: h.Tenant, Project: h.Project, User: h.User})
 	if r == nil || def.Resource != h.Resource {
@@ -367,10 +385,20 @@ func (s *Service) ReclaimFor(ctx context.Context, id string) (revoked bool, err 
 	switch {
 	case i < 0:
 		return false, fmt.Errorf("%w: holder %s does not wait at the global level", ErrNotOwed, id)
+	case line[i].Lapsed:
+		return false, fmt.Errorf("%w: holder %s has lapsed (its process stopped renewing it)", ErrNotOwed, id)
 	case s.clk.Now().Add(reclaimSkew).Before(line[i].QueuedAt.Add(r.grace)):
 		return false, fmt.Errorf("%w: holder %s is within its grace", ErrNotOwed, id)
 	}
 	return s.reclaimHere(ctx, h.Resource, h.Tenant, r, id)
+}
+
+// samePod: a holder's pod is the caller's (by UID when both have one).
+func samePod(holder, caller lease.PodRef) bool {
+	if holder.UID != "" && caller.UID != "" {
+		return holder.UID == caller.UID
+	}
+	return holder.Namespace != "" && holder.Namespace == caller.Namespace && holder.Name == caller.Name
 }
 
 // call runs f on its own goroutine under the store's timeout (not ctx) and waits for it until

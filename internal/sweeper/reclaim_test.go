@@ -9,72 +9,109 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
-var errNotOwed = errors.New("not owed")
+var errNotOwed, errUnreachable = errors.New("not owed"), errors.New("unreachable")
 
-// reclaimer answers ReclaimFor per waiter and records the waiters asked for.
+type reclaimAnswer struct {
+	revoked bool
+	err     error
+}
+
+// reclaimer answers ReclaimFor per waiter and records who asked for which waiter.
 type reclaimer struct {
 	mu      sync.Mutex
 	asked   []string
-	answers map[string]error
+	answers map[string]reclaimAnswer
 }
 
-func (r *reclaimer) ReclaimFor(_ context.Context, waiter string) (bool, error) {
+func (r *reclaimer) ReclaimFor(_ context.Context, caller lease.PodRef, waiter string) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.asked = append(r.asked, waiter)
-	err := r.answers[waiter]
-	return err == nil, err
+	r.asked = append(r.asked, caller.Name+":"+waiter)
+	a := r.answers[waiter]
+	return a.revoked, a.err
 }
 
-// TestReclaimRelay: an agent's reclaim reaches the manager's Reclaimer with the waiter's ID;
-// a revoked holder and a waiter owed nothing are answers (no error: the agent does not
-// reclaim itself then); a store failure on the manager, a manager that cannot be reached and
-// a malformed request are errors, and the agent reclaims itself.
+// TestReclaimRelay: an agent's reclaim reaches the manager's Reclaimer with the calling pod and
+// the waiter's ID. A revocation (even one whose later step failed) and a waiter owed nothing
+// are answers, not errors; a store failure and a malformed request are errors but not
+// unreachable (the manager may have reclaimed: the agent does not reclaim itself); a waiter
+// asked for again within half a second is not passed on; only a manager that cannot be reached
+// is unreachable, the one case in which the agent reclaims itself.
 func TestReclaimRelay(t *testing.T) {
-	owed, notOwed, failing := lease.HolderID("a"), lease.HolderID("b"), lease.HolderID("c")
-	r := &reclaimer{answers: map[string]error{notOwed: fmt.Errorf("%w: within its grace", errNotOwed), failing: errors.New("store down")}}
-	srv := httptest.NewServer(sweeper.ReclaimRelayHandler(r, errNotOwed))
+	ids := map[string]string{}
+	for _, n := range []string{"owed", "partial", "notOwed", "failing"} {
+		ids[n] = lease.HolderID(n)
+	}
+	r := &reclaimer{answers: map[string]reclaimAnswer{
+		ids["owed"]:    {revoked: true},
+		ids["partial"]: {revoked: true, err: errors.New("handing the slot back failed")},
+		ids["notOwed"]: {err: fmt.Errorf("%w: within its grace", errNotOwed)},
+		ids["failing"]: {err: errors.New("store down")},
+	}}
+	clk := testingclock.NewFakePassiveClock(time.Now())
+	pod := lease.PodRef{Namespace: "globex", Name: "app-0", UID: "u0"}
+	identify := func(*http.Request) (lease.PodRef, error) { return pod, nil }
+	srv := httptest.NewServer(sweeper.ReclaimRelayHandler(r, identify, errNotOwed, clk, logr.Discard()))
 	t.Cleanup(srv.Close)
-	relay := sweeper.RelayReclaim(srv.Client(), srv.URL)
+	relay := sweeper.RelayReclaim(srv.Client(), srv.URL, errUnreachable)
 	ctx := context.Background()
+	type outcome struct{ revoked, err, unreachable bool }
+	ask := func(waiter string) outcome {
+		revoked, err := relay(ctx, waiter)
+		return outcome{revoked, err != nil, errors.Is(err, errUnreachable)}
+	}
 	for _, c := range []struct {
-		waiter  string
-		revoked bool
-		err     bool
-	}{{owed, true, false}, {notOwed, false, false}, {failing, false, true}, {"lh-not-an-id", false, true}} {
-		revoked, err := relay(ctx, c.waiter)
-		if revoked != c.revoked || (err != nil) != c.err {
-			t.Errorf("relay for %s: %v, %v; want revoked %v, an error %v", c.waiter, revoked, err, c.revoked, c.err)
+		waiter string
+		want   outcome
+	}{
+		{ids["owed"], outcome{revoked: true}},
+		{ids["partial"], outcome{revoked: true}},
+		{ids["notOwed"], outcome{}},
+		{ids["failing"], outcome{err: true}},
+		{"lh-not-an-id", outcome{err: true}},
+		{ids["owed"], outcome{}}, // again within the interval: not passed on
+	} {
+		if got := ask(c.waiter); got != c.want {
+			t.Errorf("relay for %s: %+v, want %+v", c.waiter, got, c.want)
 		}
 	}
-	if diff := cmp.Diff([]string{owed, notOwed, failing}, r.asked); diff != "" {
-		t.Errorf("waiters the manager was asked for (-want +got):\n%s", diff)
+	clk.SetTime(clk.Now().Add(time.Second))
+	if got := ask(ids["owed"]); got != (outcome{revoked: true}) {
+		t.Errorf("relay for %s a second later: %+v, want revoked", ids["owed"], got)
 	}
-	resp, err := srv.Client().Get(srv.URL + sweeper.ReclaimRelayPath)
-	if err != nil {
-		t.Fatal(err)
+	want := []string{"app-0:" + ids["owed"], "app-0:" + ids["partial"], "app-0:" + ids["notOwed"], "app-0:" + ids["failing"], "app-0:" + ids["owed"]}
+	if diff := cmp.Diff(want, r.asked); diff != "" {
+		t.Errorf("what the manager was asked (-want +got):\n%s", diff)
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET: %s, want 405", resp.Status)
-	}
-	resp, err = srv.Client().Post(srv.URL+sweeper.ReclaimRelayPath, "application/json", strings.NewReader(`{"waiter":`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("truncated body: %s, want 400", resp.Status)
+	for _, c := range []struct {
+		method, body string
+		want         int
+	}{{http.MethodGet, "", http.StatusMethodNotAllowed}, {http.MethodPost, `{"waiter":`, http.StatusBadRequest}} {
+		req, err := http.NewRequest(c.method, srv.URL+sweeper.ReclaimRelayPath, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %q: %s, want %d", c.method, c.body, resp.Status, c.want)
+		}
 	}
 	srv.Close()
-	if _, err := relay(ctx, owed); err == nil {
-		t.Error("relay to a manager that cannot be reached: no error, want one (the agent reclaims itself)")
+	if got := ask(ids["owed"]); !got.unreachable {
+		t.Errorf("relay to a manager that cannot be reached: %+v, want unreachable (the agent reclaims itself)", got)
 	}
 }
