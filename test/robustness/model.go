@@ -347,8 +347,13 @@ func HoldingOverlaps(entries []Entry, caps map[string]int) []Overlap {
 	return overlaps
 }
 
-// FalseUnavailable returns the calls answered 503 LEASE_UNAVAILABLE while the store was not
-// stopped at any moment of the call: outages that the store did not cause.
+// FalseUnavailable returns the calls answered 503 LEASE_UNAVAILABLE while the store answered
+// the same process: no store stop overlapped the call, and a call of the same process that
+// needed the store (answered 200 or 410) was made and answered within it. That is the service's
+// own rule turned around: it answers 503 only when the store answered none of its calls since
+// the call was asked. A 503 during a stall of the development store as a whole (every process
+// unanswered for longer than a cut deadline, no stop injected) is not counted: the service could
+// not tell it from an outage either.
 func FalseUnavailable(entries []Entry, faults []Fault) []Entry {
 	var out []Entry
 	for _, e := range entries {
@@ -362,7 +367,11 @@ func FalseUnavailable(entries []Entry, faults []Fault) []Entry {
 				break
 			}
 		}
-		if !stopped {
+		answered := slices.ContainsFunc(entries, func(o Entry) bool {
+			return o.Process == e.Process && (o.Answer.Status == 200 || o.Answer.Status == 410) &&
+				e.Start <= o.Start && o.End <= e.End
+		})
+		if !stopped && answered {
 			out = append(out, e)
 		}
 	}

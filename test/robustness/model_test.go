@@ -150,10 +150,17 @@ func TestHoldingOverlaps(t *testing.T) {
 }
 
 func TestFalseUnavailable(t *testing.T) {
+	onProcess := func(p int, e Entry) Entry { e.Process = p; return e }
 	history := []Entry{
 		refused(0, 503, "LEASE_UNAVAILABLE", 0, 100),   // the store stopped during it
-		refused(1, 503, "LEASE_UNAVAILABLE", 300, 400), // it did not
+		refused(1, 503, "LEASE_UNAVAILABLE", 300, 400), // it did not, and answered process 0 within it
 		refused(2, 409, "LEASE_BUSY", 300, 400),
+		grant(3, "t1", 320, 350),                                     // process 0's answer within the 503
+		grant(4, "t2", 20, 60),                                       // within the first 503, but the store stopped
+		onProcess(1, refused(5, 503, "LEASE_UNAVAILABLE", 500, 600)), // only another process was answered meanwhile
+		grant(6, "t3", 510, 590),                                     // (process 0)
+		onProcess(2, refused(7, 503, "LEASE_UNAVAILABLE", 700, 800)), // its process's answer began before it
+		onProcess(2, withToken(8, OpRelease, "t4", Answer{Status: 200}, 690, 720)),
 	}
 	faults := []Fault{{Kind: FaultStoreStop, Start: ms(50), End: ms(250)}, {Kind: FaultAgentKill, Start: ms(350), End: ms(350)}}
 	got := FalseUnavailable(history, faults)
