@@ -47,8 +47,10 @@ type reclaimResponse struct {
 
 // ReclaimRelayHandler serves ReclaimRelayPath on the manager: 200 with whether a holder was
 // revoked (and why not, when the waiter is owed nothing: errors matching notOwed), 400 for a
-// malformed request, 503 when the caller or the store could not be read. A revocation is answered as one even if a later step failed, so that the agent
-// never reclaims a second time for it.
+// malformed request, 503 when the caller or the store could not be read. A revocation is
+// answered as one even if a later step failed, so that the agent never reclaims a second time
+// for it. The gate counts asks per calling pod and waiter, so that another pod naming the
+// waiter cannot use up the waiter's own asks.
 func ReclaimRelayHandler(r Reclaimer, identify func(*http.Request) (lease.PodRef, error), notOwed error,
 	clk clock.PassiveClock, log logr.Logger) http.Handler {
 	gate := &relayGate{last: map[string]time.Time{}}
@@ -68,7 +70,7 @@ func ReclaimRelayHandler(r Reclaimer, identify func(*http.Request) (lease.PodRef
 			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, "identifying the calling pod")
 			return
 		}
-		if !gate.allow(in.Waiter, clk.Now(), reclaimInterval) {
+		if !gate.allow(string(caller.UID)+"/"+caller.String()+"/"+in.Waiter, clk.Now(), reclaimInterval) {
 			httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: "asked for less than " + reclaimInterval.String() + " ago"})
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,8 +60,10 @@ func TestReclaimRelay(t *testing.T) {
 		ids["failing"]: {err: errors.New("store down")},
 	}}
 	clk := testingclock.NewFakePassiveClock(time.Now())
-	pod := lease.PodRef{Namespace: "globex", Name: "app-0", UID: "u0"}
-	identify := func(*http.Request) (lease.PodRef, error) { return pod, nil }
+	pod, intruder := lease.PodRef{Namespace: "globex", Name: "app-0", UID: "u0"}, lease.PodRef{Namespace: "acme", Name: "app-9", UID: "u9"}
+	var caller atomic.Pointer[lease.PodRef]
+	caller.Store(&pod)
+	identify := func(*http.Request) (lease.PodRef, error) { return *caller.Load(), nil }
 	srv := httptest.NewServer(sweeper.ReclaimRelayHandler(r, identify, errNotOwed, clk, logr.Discard()))
 	t.Cleanup(srv.Close)
 	relay := sweeper.RelayReclaim(srv.Client(), srv.URL, errUnreachable)
@@ -86,10 +89,15 @@ func TestReclaimRelay(t *testing.T) {
 		}
 	}
 	clk.SetTime(clk.Now().Add(time.Second))
+	// Another pod naming the waiter first does not use up the waiter's own pod's ask.
+	caller.Store(&intruder)
+	ask(ids["owed"])
+	caller.Store(&pod)
 	if got := ask(ids["owed"]); got != (outcome{revoked: true}) {
-		t.Errorf("relay for %s a second later: %+v, want revoked", ids["owed"], got)
+		t.Errorf("relay for %s a second later, just after another pod asked: %+v, want revoked", ids["owed"], got)
 	}
-	want := []string{"app-0:" + ids["owed"], "app-0:" + ids["partial"], "app-0:" + ids["notOwed"], "app-0:" + ids["failing"], "app-0:" + ids["owed"]}
+	want := []string{"app-0:" + ids["owed"], "app-0:" + ids["partial"], "app-0:" + ids["notOwed"], "app-0:" + ids["failing"],
+		"app-9:" + ids["owed"], "app-0:" + ids["owed"]}
 	if diff := cmp.Diff(want, r.asked); diff != "" {
 		t.Errorf("what the manager was asked (-want +got):\n%s", diff)
 	}
