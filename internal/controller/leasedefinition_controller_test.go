@@ -199,6 +199,36 @@ var _ = Describe("LeaseDefinition", func() {
 		expectUnavailable(ctx, "t3", "p1", "suitebuiltin", definition.ErrCapNotPermitted)
 	})
 
+	It("refuses a tenant layer that moves a lease with operator priority and borrowing but no caps (CapNotPermitted)", func(ctx SpecContext) {
+		// The operator's lease takes its caps from its resource and adds priority and
+		// borrowing: moved elsewhere, it would carry them to a resource whose own lease allows
+		// neither (issue 42).
+		lease := ns
+		create(ctx, newDef(systemNS, ns+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+			s.Resource = ptr.To("pool-a")
+			s.MaxPriority = ptr.To[int32](100)
+			s.Borrowing = &leasev1alpha1.LeaseBorrowing{Enabled: ptr.To(true)}
+		}))
+		moved := create(ctx, newDef(home("t5"), "tenant-t5", lease, "t5", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+			s.Resource = ptr.To("pool-t5")
+		}))
+		expectStatus(ctx, moved, haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonCapNotPermitted))
+		expectUnavailable(ctx, "t5", "p1", lease, definition.ErrCapNotPermitted)
+	})
+
+	It("refuses a tenant's own lease on a resource whose built-in document does not load, and says why", func(ctx SpecContext) {
+		own := create(ctx, newDef(home("t6"), "tenant-t6", ns, "t6", all, func(s *leasev1alpha1.LeaseDefinitionSpec) {
+			s.Resource = ptr.To("suitebroken")
+			s.Levels = levels(0, 0, 0, 1)
+		}))
+		expectStatus(ctx, own, func(g Gomega, st leasev1alpha1.LeaseDefinitionStatus) {
+			haveCondition(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonLayerUnavailable)(g, st)
+			g.Expect(meta.FindStatusCondition(st.Conditions, leasev1alpha1.ConditionReady).Message).To(
+				ContainSubstring(`resource "suitebroken": defaults-dir suitebroken.yaml does not load`))
+		})
+		expectUnavailable(ctx, "t6", "p1", ns, definition.ErrOperatorDocumentBroken)
+	})
+
 	It("re-resolves every scope after a system-layer update, and only the tenant's after a tenant-layer update", func(ctx SpecContext) {
 		lease := ns // unique per spec
 		system := create(ctx, newDef(systemNS, ns+"-system", lease, sys, all, func(s *leasev1alpha1.LeaseDefinitionSpec) {

@@ -30,7 +30,8 @@ type verdict struct {
 	resolveErr error
 }
 
-// capNotPermitted reports whether the resolution failed because this object would raise a cap of its resource (definition.Bound).
+// capNotPermitted reports whether the resolution failed because this object would raise a cap of its resource, or move a lease
+// with operator settings (definition.Bound).
 func (v verdict) capNotPermitted() bool {
 	var ue *definition.UnavailableError
 	return errors.Is(v.resolveErr, definition.ErrCapNotPermitted) && errors.As(v.resolveErr, &ue) && ue.Source == v.source
@@ -62,7 +63,7 @@ func buildStatus(generation int64, prev leasev1alpha1.LeaseDefinitionStatus, v v
 			"The definition is invalid; the scopes that use it are unavailable: "+oneLine(v.layerErr))
 	case v.capNotPermitted():
 		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonCapNotPermitted,
-			"This definition would raise a cap the system layer sets for its resource; the scopes that use it are unavailable: "+oneLine(v.resolveErr))
+			"This definition would raise a cap the system layer sets for its resource, or move a lease with operator settings; the scopes that use it are unavailable: "+oneLine(v.resolveErr))
 	case v.resolveErr != nil:
 		set(leasev1alpha1.ConditionReady, metav1.ConditionFalse, leasev1alpha1.ReasonLayerUnavailable,
 			"The merged definition at this scope is unavailable: "+oneLine(v.resolveErr))

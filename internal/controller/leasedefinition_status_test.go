@@ -105,7 +105,7 @@ func TestBuildStatus(t *testing.T) {
 				Source: "LeaseDefinition acme/browser", Err: fmt.Errorf("%w: resource \"tex\"", definition.ErrCapNotPermitted)}},
 			want: leasev1alpha1.LeaseDefinitionStatus{ObservedGeneration: 2,
 				Conditions: []metav1.Condition{ready(metav1.ConditionFalse, leasev1alpha1.ReasonCapNotPermitted,
-					`This definition would raise a cap the system layer sets for its resource; the scopes that use it are unavailable: lease definition "browser" unavailable in acme/_tenant: LeaseDefinition acme/browser: not permitted by the system layer: resource "tex"`, now),
+					`This definition would raise a cap the system layer sets for its resource, or move a lease with operator settings; the scopes that use it are unavailable: lease definition "browser" unavailable in acme/_tenant: LeaseDefinition acme/browser: not permitted by the system layer: resource "tex"`, now),
 					noneIgnored(earlier)}},
 		},
 		"another object raises a cap": {

@@ -30,6 +30,14 @@ levels:
 ttlSeconds: 60
 `
 
+// suiteBrokenBuiltin is a built-in definition that does not load (a cap that is no number): a
+// tenant's lease on its resource must be refused (docs/tenancy.md, "Caps belong to the
+// resource").
+const suiteBrokenBuiltin = `name: suitebroken
+levels:
+  global: ten
+`
+
 // systemNS is the suite's system namespace: the only one whose system-layer documents count.
 const systemNS = "lease-system"
 
@@ -60,9 +68,10 @@ var _ = BeforeSuite(func() {
 
 	Expect(k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNS}})).To(Succeed())
 
-	builtins, err := definition.LoadBuiltins(fstest.MapFS{"suitebuiltin.yaml": {Data: []byte(suiteBuiltin)}})
+	builtins, err := definition.LoadBuiltins(fstest.MapFS{"suitebuiltin.yaml": {Data: []byte(suiteBuiltin)},
+		"suitebroken.yaml": {Data: []byte(suiteBrokenBuiltin)}})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(builtins.Problems()).To(BeEmpty())
+	Expect(builtins.Problems()).To(HaveLen(1))
 	// The same wiring as cmd/manager.
 	tenants, err = tenancy.NewInformed(context.Background(), mgr.GetCache(), systemNS)
 	Expect(err).NotTo(HaveOccurred())

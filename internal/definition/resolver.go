@@ -199,7 +199,8 @@ func (r *Resolver) bound(stack Stack, system []Layer) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Bound(res, stack, IndexResources(systemStacks(r.builtins, system)))
+	stacks, broken := systemStacks(r.builtins, system)
+	return Bound(res, stack, IndexResources(stacks, broken...))
 }
 
 // OnChange registers fn to run after every invalidation, once the cache no longer holds
