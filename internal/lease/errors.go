@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -166,4 +168,13 @@ func Clip(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// CorrelationID returns a random id that ties an answer without internal detail (an HTTP
+// error body, a pod's condition, an Event) to the server's log line that carries the cause
+// (docs/security.md, "Errors without internal detail").
+func CorrelationID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b)
 }

@@ -106,7 +106,7 @@ func (s *podRevocationStorage) Create(ctx context.Context, obj runtime.Object, v
 		req.Holders = append(req.Holders, holderObject(h, a.views.namespacesOfTenant(h.Tenant)[0], a.deps.Pods))
 	}
 	if err != nil {
-		return nil, storeError(fmt.Sprintf("revoking the holders of pod %s/%s (revoked before the failure: %d)",
+		return nil, storeError(a.deps.Log, fmt.Sprintf("revoking the holders of pod %s/%s (revoked before the failure: %d)",
 			req.PodNamespace, req.PodName, len(holders)), err)
 	}
 	return req, nil
@@ -138,7 +138,7 @@ func (s *sweepStorage) Create(ctx context.Context, obj runtime.Object, validate 
 	res, err := a.deps.Sweeper.Sweep(ctx)
 	out.Result = livev1alpha1.SweepResult{Idle: int64(res.Idle), Pod: int64(res.Pod), Reconcile: reconcileResult(res.Reconcile)}
 	if err != nil {
-		return nil, storeError(fmt.Sprintf("sweeping (idle %d, pod %d reaped before the failure)", res.Idle, res.Pod), err)
+		return nil, storeError(a.deps.Log, fmt.Sprintf("sweeping (idle %d, pod %d reaped before the failure)", res.Idle, res.Pod), err)
 	}
 	a.deps.Log.Info("Sweep through the live API", "idle", res.Idle, "pod", res.Pod)
 	return out, nil
@@ -171,7 +171,7 @@ func (s *reconcileStorage) Create(ctx context.Context, obj runtime.Object, valid
 	}
 	out.Result = reconcileResult(res)
 	if err != nil {
-		return nil, storeError("reconciling", err)
+		return nil, storeError(a.deps.Log, "reconciling", err)
 	}
 	a.deps.Log.Info("Reconcile through the live API", "corrected", res.Corrected, "created", res.Created, "deleted", res.Deleted)
 	return out, nil

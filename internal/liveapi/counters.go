@@ -62,7 +62,7 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 	}
 	cs, err := s.deps.Store.ListCounters(ctx, f)
 	if err != nil {
-		return nil, storeError("listing counters", err)
+		return nil, storeError(s.deps.Log, "listing counters", err)
 	}
 	type shown struct {
 		c   lease.Counter

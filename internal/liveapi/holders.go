@@ -64,7 +64,7 @@ func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 	case errors.Is(err, lease.ErrLost):
 		return nil, apierrors.NewNotFound(holdersResource, name)
 	case err != nil:
-		return nil, storeError("reading holder "+name, err)
+		return nil, storeError(s.deps.Log, "reading holder "+name, err)
 	}
 	nss := sc.in(s.views.namespacesOfTenant(h.Tenant))
 	if len(nss) == 0 {
@@ -112,7 +112,7 @@ func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 	}
 	holders, next, err := s.deps.Store.ListHoldersPage(ctx, sel.filter, sel.after, limit)
 	if err != nil {
-		return nil, storeError("listing holders", err)
+		return nil, storeError(s.deps.Log, "listing holders", err)
 	}
 	for _, h := range holders {
 		for _, ns := range sc.in(s.views.namespacesOfTenant(h.Tenant)) {
@@ -165,7 +165,7 @@ func (s *holderStorage) Delete(ctx context.Context, name string, validate rest.V
 	}
 	switch {
 	case err != nil:
-		return nil, false, storeError("revoking holder "+name, err)
+		return nil, false, storeError(s.deps.Log, "revoking holder "+name, err)
 	case !ok:
 		return nil, false, apierrors.NewNotFound(holdersResource, name)
 	}

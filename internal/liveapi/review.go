@@ -12,6 +12,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/go-logr/logr"
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -83,7 +84,7 @@ func (s *reviewStorage) Create(ctx context.Context, obj runtime.Object, validate
 			// keeps it out of its answer (docs/security.md).
 			s.deps.Log.Error(err, "Acquisition review: the definition is unavailable", "namespace", out.Namespace, "name", out.Name)
 		}
-		return nil, reviewError(out, err)
+		return nil, reviewError(s.deps.Log, out, err)
 	}
 	status.Tenant = tenant
 	out.Status = status
@@ -162,7 +163,7 @@ func reviewStatus(l leasing.Lease, err error) (livev1alpha1.LeaseAcquisitionRevi
 
 // reviewError answers a review that could not be made: a spec field the admission API
 // refuses is 422 naming spec.<field>, a store that does not answer 503.
-func reviewError(r *livev1alpha1.LeaseAcquisitionReview, err error) error {
+func reviewError(log logr.Logger, r *livev1alpha1.LeaseAcquisitionReview, err error) error {
 	var inv *lease.InvalidError
 	if errors.As(err, &inv) {
 		value := ""
@@ -172,7 +173,7 @@ func reviewError(r *livev1alpha1.LeaseAcquisitionReview, err error) error {
 		return apierrors.NewInvalid(livev1alpha1.GroupVersion.WithKind(reviewKind).GroupKind(), r.Name,
 			field.ErrorList{field.Invalid(field.NewPath("spec", inv.Field), value, inv.Detail)})
 	}
-	return storeError("reviewing the acquisition", err)
+	return storeError(log, "reviewing the acquisition", err)
 }
 
 // busyLevel is a review's diagnosis of the full level, with the position and the estimate

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -41,7 +42,7 @@ func TestReviewStatus(t *testing.T) {
 			st, err := reviewStatus(tc.lease, tc.err)
 			if tc.wantErr != nil {
 				r := &livev1alpha1.LeaseAcquisitionReview{}
-				if err == nil || !tc.wantErr(reviewError(r, err)) {
+				if err == nil || !tc.wantErr(reviewError(logr.Discard(), r, err)) {
 					t.Fatalf("reviewStatus = %+v, %v; want an error answered as wanted", st, err)
 				}
 				return

@@ -3,11 +3,14 @@ package liveapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/go-logr/logr"
+	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/metrics"
@@ -140,11 +143,21 @@ func counterTenant(c lease.Counter) string {
 	return t
 }
 
-// storeError turns a store error into the API's answer: 503 when the store is
-// unavailable, 500 otherwise.
-func storeError(op string, err error) error {
-	if errors.Is(err, lease.ErrUnavailable) {
-		return apierrors.NewServiceUnavailable(op + ": " + err.Error())
+// storeError turns a failed call of the store (or of the definitions behind a review) into
+// the API's answer without internal detail: 503 when it is unavailable, 500 otherwise. The
+// cause (store host names, topology, a definition's documents) goes to log under a
+// correlation id the answer names (docs/security.md, "Errors without internal detail").
+func storeError(log logr.Logger, op string, err error) error {
+	id := lease.CorrelationID()
+	log.Error(err, "Live API request failed", "op", op, "correlationId", id)
+	suffix := " (correlation id " + id + " in the manager's log)"
+	var ue *definition.UnavailableError
+	switch {
+	case errors.As(err, &ue):
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: the definition of lease %q is unavailable%s", op, ue.Name, suffix))
+	case errors.Is(err, lease.ErrUnavailable):
+		return apierrors.NewServiceUnavailable(op + ": the lease store is unavailable" + suffix)
+	default:
+		return apierrors.NewInternalError(errors.New(op + " failed" + suffix))
 	}
-	return apierrors.NewInternalError(err)
 }

@@ -70,7 +70,7 @@ func (s *waiterStorage) waiters(ctx context.Context, sel listSelection) ([]livev
 	}
 	ws, err := s.deps.Store.ListWaiters(ctx, sel.filter)
 	if err != nil {
-		return nil, storeError("listing waiters", err)
+		return nil, storeError(s.deps.Log, "listing waiters", err)
 	}
 	for _, w := range ws {
 		for _, ns := range sc.in(s.views.namespacesOfTenant(w.Holder.Tenant)) {

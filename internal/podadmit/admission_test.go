@@ -198,7 +198,28 @@ var _ = Describe("Admission by lease", func() {
 		// Fixed: one document left.
 		Expect(k8sClient.Delete(ctx, &leasev1alpha1.LeaseDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "later-b"}})).To(Succeed())
 		Eventually(func() bool { return podadmit.Gated(getPod(ctx, ns, p.Name)) }).Should(BeFalse())
-		Expect(condition(getPod(ctx, ns, p.Name))).To(HaveField("Reason", podadmit.ReasonGranted))
+		// The gate goes first, then the condition is written (Admitter.granted).
+		Eventually(func() *corev1.PodCondition { return condition(getPod(ctx, ns, p.Name)) }).Should(HaveField("Reason", podadmit.ReasonGranted))
+	})
+
+	It("keeps a pod gated while the store is down, telling its tenant so without the driver's text", func(ctx SpecContext) {
+		ns := tenantNamespace(ctx, "acme")
+		defineLease(ctx, "storedown", storeDownLease, 1)
+		p := newPod(ns, "down", map[string]string{podadmit.AnnotationLease: storeDownLease})
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		Eventually(func() *corev1.PodCondition { return condition(getPod(ctx, ns, p.Name)) }).Should(And(
+			HaveField("Status", corev1.ConditionFalse), HaveField("Reason", podadmit.ReasonStoreUnavailable),
+			HaveField("Message", MatchRegexp(`^the lease store is unavailable \(correlation id [0-9a-f]{16} in the manager's log\)$`))))
+		Expect(podadmit.Gated(getPod(ctx, ns, p.Name))).To(BeTrue())
+		var events corev1.EventList
+		Eventually(func() []corev1.Event {
+			Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			return events.Items
+		}).Should(ContainElement(HaveField("Reason", podadmit.ReasonStoreUnavailable)))
+		for _, e := range events.Items {
+			Expect(e.Message).NotTo(ContainSubstring("mongo-0"), "Event %s", e.Name)
+			Expect(e.Message).NotTo(ContainSubstring("topology"), "Event %s", e.Name)
+		}
 	})
 
 	It("adopts a lease already granted for the pod (a manager that stopped before removing the gate)", func(ctx SpecContext) {

@@ -220,8 +220,17 @@ func (a *Admitter) admit(ctx context.Context, pod *corev1.Pod, placed func()) {
 		placed()
 		if msg := err.Error(); msg != shown { // one Event per distinct reason
 			shown = msg
-			log.Info("The pod waits: its lease cannot be granted now", "reason", reason, "error", msg)
-			a.waiting(ctx, pod, reason, msg)
+			if reason == ReasonStoreUnavailable {
+				// The driver's text (store hosts, topology) stays in the manager's log; the
+				// pod's condition and Event, which its tenant reads, name the correlation id
+				// (docs/security.md, "Errors without internal detail").
+				id := lease.CorrelationID()
+				log.Error(err, "The pod waits: the lease store is unavailable", "correlationId", id)
+				a.waiting(ctx, pod, reason, "the lease store is unavailable (correlation id "+id+" in the manager's log)")
+			} else {
+				log.Info("The pod waits: its lease cannot be granted now", "reason", reason, "error", msg)
+				a.waiting(ctx, pod, reason, msg)
+			}
 		}
 		if reason == ReasonWaitExpired {
 			return // the pod stays gated; deleting it ends its admission

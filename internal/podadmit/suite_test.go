@@ -2,6 +2,7 @@ package podadmit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -97,11 +98,32 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 
 	Expect(podadmit.SetupWebhookWithManager(mgr)).To(Succeed())
-	Expect(podadmit.NewAdmitter(mgr.GetClient(), svc, tenants, mgr.GetEventRecorder("lease-operator"),
+	Expect(podadmit.NewAdmitter(mgr.GetClient(), storeDownFor{Acquirer: svc, lease: storeDownLease}, tenants, mgr.GetEventRecorder("lease-operator"),
 		podadmit.WithRetry(300*time.Millisecond), podadmit.WithDefinitions(resolver), podadmit.WithHolders(store)).SetupWithManager(mgr)).To(Succeed())
 	stopMgr = testenv.RunManager(mgr)
 	Eventually(func() error { return mgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
 })
+
+// storeDownLease is the lease whose acquisitions fail as a store that is down fails: with the
+// driver's text, which names hosts and topology (docs/security.md, "Errors without internal
+// detail").
+const storeDownLease = "storedown"
+
+// storeDownDriverText is that text.
+const storeDownDriverText = "server selection error: context deadline exceeded, current topology: { Type: ReplicaSetNoPrimary, Servers: [{ Addr: mongo-0.mongo.lease-store.svc:27017, Type: Unknown }] }"
+
+// storeDownFor fails the acquisitions of one lease with a store outage.
+type storeDownFor struct {
+	podadmit.Acquirer
+	lease string
+}
+
+func (s storeDownFor) Acquire(ctx context.Context, req leasing.Request) (leasing.Lease, error) {
+	if req.Lease == s.lease {
+		return leasing.Lease{}, lease.Unavailable("acquiring "+req.Lease, errors.New(storeDownDriverText))
+	}
+	return s.Acquirer.Acquire(ctx, req)
+}
 
 var _ = AfterSuite(func() {
 	if stopMgr != nil {
