@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/deflink"
 	"github.com/vancetope/lease-operator/internal/httpapi"
@@ -87,7 +88,7 @@ func runAgent(args []string) error {
 		return err
 	}
 	defs := deflink.NewClient(f.managerURL, self.Namespace, key,
-		deflink.WithSourceIP(f.sourceIP), deflink.WithClientLogger(log.WithName("definitions")))
+		deflink.WithHTTPClient(agentauth.HTTPClient(f.sourceIP)), deflink.WithClientLogger(log.WithName("definitions")))
 	wt := newWaiting()
 	// A definition the manager may have changed wakes every waiter, which re-resolves, as
 	// followDefinitions does with the manager's own resolver (docs/waiting.md).

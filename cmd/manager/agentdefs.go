@@ -5,6 +5,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/deflink"
@@ -22,7 +23,7 @@ func agentDefinitions(resolver *definition.Resolver, tenants *tenancy.Informed, 
 	versions := deflink.NewVersions()
 	resolver.OnChange(versions.Bump)
 	tenants.OnChange(func(string) { versions.Bump() })
-	return deflink.NewHandler(resolver, tenants, deflink.PodIdentity(podByIP(watcher)),
-		func(namespace string) string { return agentlink.AgentKey(secret, namespace) }, versions,
-		deflink.WithLogger(ctrl.Log.WithName("definitions")))
+	agents := agentauth.NewVerifier(podByIP(watcher), func(namespace string) string { return agentlink.AgentKey(secret, namespace) },
+		agentauth.WithLogger(ctrl.Log.WithName("agents")))
+	return deflink.NewHandler(resolver, tenants, agents, versions, deflink.WithLogger(ctrl.Log.WithName("definitions")))
 }
