@@ -53,7 +53,7 @@ type reclaimResponse struct {
 // waiter cannot use up the waiter's own asks.
 func ReclaimRelayHandler(r Reclaimer, identify func(*http.Request) (lease.PodRef, error), notOwed error,
 	clk clock.PassiveClock, log logr.Logger) http.Handler {
-	gate := &relayGate{last: map[string]time.Time{}}
+	gate := newGate(gateSize, reclaimInterval)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var in reclaimRequest
 		if !decodePost(w, req, &in) {
@@ -70,7 +70,7 @@ func ReclaimRelayHandler(r Reclaimer, identify func(*http.Request) (lease.PodRef
 			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, "identifying the calling pod")
 			return
 		}
-		if !gate.allow(string(caller.UID)+"/"+caller.String()+"/"+in.Waiter, clk.Now(), reclaimInterval) {
+		if !gate.allow(string(caller.UID)+"/"+caller.String()+"/"+in.Waiter, clk.Now()) {
 			httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: "asked for less than " + reclaimInterval.String() + " ago"})
 			return
 		}

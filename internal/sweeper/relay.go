@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -49,7 +48,7 @@ type relayResponse struct {
 // RelayHandler serves RelayPath on the manager: it reaps the idle holders of the named
 // resource and hands them to listener (reason idle), at most once per interval per resource.
 func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, interval time.Duration) http.Handler {
-	gate := &relayGate{last: map[string]time.Time{}}
+	gate := newGate(gateSize, interval)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req relayRequest
 		if !decodePost(w, r, &req) {
@@ -61,7 +60,7 @@ func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, in
 			return
 		}
 		var out relayResponse
-		if gate.allow(req.Resource, clk.Now(), interval) {
+		if gate.allow(req.Resource, clk.Now()) {
 			sw, err := store.SweepIdle(r.Context(), req.Resource)
 			if len(sw.Reaped) > 0 && listener != nil {
 				listener.Revoked(context.WithoutCancel(r.Context()), metrics.ReapIdle, sw.Reaped)
@@ -74,29 +73,6 @@ func RelayHandler(store IdleStore, listener Listener, clk clock.PassiveClock, in
 		}
 		httpjson.Write(w, http.StatusOK, out)
 	})
-}
-
-// relayGate lets one sweep per resource through per interval; its map is bounded.
-type relayGate struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (g *relayGate) allow(resource string, now time.Time, interval time.Duration) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if t, ok := g.last[resource]; ok && now.Sub(t) < interval {
-		return false
-	}
-	if len(g.last) >= 10000 {
-		for k, t := range g.last {
-			if now.Sub(t) >= interval {
-				delete(g.last, k)
-			}
-		}
-	}
-	g.last[resource] = now
-	return true
 }
 
 // RelayReaper returns an idle reaper for the agent's admission service: it asks the manager
