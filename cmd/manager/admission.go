@@ -38,14 +38,14 @@ type admissionParts struct {
 // the /internal routes, which answer the injected agents only, whatever that flag says: one
 // agentauth.Verifier accepts a request from a pod, signed with its namespace's agent key, for
 // the definitions, the sweep relay and the reclaim relay; forwarded revocations are signed with
-// the manager's namespace's key (docs/security.md).
+// the manager's namespace's key and sent by its replicas (docs/security.md).
 func admissionHandlers(f managerFlags, p admissionParts) routeHandlers {
 	agentKey := func(namespace string) string { return agentlink.AgentKey(f.store.secret, namespace) }
 	agents := agentauth.NewVerifier(p.identify, agentKey, agentauth.WithLogger(ctrl.Log.WithName("agents")))
 	return routeHandlers{
 		api: httpapi.NewHandler(p.svc, httpapi.WithPodIdentity(httpapi.PodIdentity(p.identify)),
 			httpapi.WithTenantBinder(managerBinder(p.tenants, f.allowNonPod)), httpapi.WithEvents(p.hub), httpapi.WithMaxWait(maxWait)),
-		revoked: newReceiver(p.self, p.registry, agentKey(p.self.Namespace), p.store),
+		revoked: newReceiver(p.self, p.registry, agentKey(p.self.Namespace), p.store, agentlink.WithSenders(agents.From(p.self.Namespace))),
 		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 		// manager's dispatch matrix (an agent watches no pods); they name a lease, which is
 		// resolved for their own tenant.

@@ -135,7 +135,8 @@ func (v *Verifier) Authenticate(w http.ResponseWriter, r *http.Request) (lease.P
 
 // Caller returns the pod at the request's source address; otherwise it has answered (403 for
 // a caller that is no pod, 503 when that cannot be decided now) and returns false. It reads
-// no body and checks no signature: Authenticate does both.
+// no body and checks no signature: Authenticate does both, and agentlink's receiver, whose
+// messages are signed otherwise, uses Caller alone.
 func (v *Verifier) Caller(w http.ResponseWriter, r *http.Request) (lease.PodRef, bool) {
 	pod, err := v.identify(r)
 	switch {
@@ -155,4 +156,19 @@ func (v *Verifier) Caller(w http.ResponseWriter, r *http.Request) (lease.PodRef,
 		return lease.PodRef{}, false
 	}
 	return pod, true
+}
+
+// From returns a check that lets through only the pods of namespace; otherwise it has
+// answered as Caller does, or 403 for a pod of another namespace. agentlink's receiver on the
+// manager takes it (agentlink.WithSenders): there the senders are the manager's replicas.
+func (v *Verifier) From(namespace string) func(http.ResponseWriter, *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		pod, ok := v.Caller(w, r)
+		if ok && (namespace == "" || pod.Namespace != namespace) {
+			httpjson.Write(w, http.StatusForbidden, httpjson.ErrorBody{Error: httpjson.CodeTenantForbidden,
+				Message: r.URL.Path + " answers only pods of namespace " + namespace, CallerNamespace: pod.Namespace})
+			return false
+		}
+		return ok
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/httpjson"
@@ -108,6 +110,35 @@ func TestSignIsDeflinksSignature(t *testing.T) {
 	got := agentauth.Sign("k", "/internal/lease/definitions/resolve", []byte(`{"tenant":"acme","project":"web","name":"tex"}`))
 	if want := "97daaa8311e63ee4f870ef0ae4fdcca41266ff1bf9d19a5a335341966075c836"; got != want {
 		t.Errorf("Sign = %s, want %s", got, want)
+	}
+}
+
+// From lets only pods of one namespace through (the manager's replicas, for forwarded
+// revocations on its admission port).
+func TestFrom(t *testing.T) {
+	replica := lease.PodRef{Namespace: "lease-system", Name: "manager-1", UID: "m1"}
+	for name, c := range map[string]struct {
+		pod       lease.PodRef
+		namespace string
+		want      int
+	}{
+		"a replica":                {replica, "lease-system", http.StatusOK},
+		"a tenant's pod":           {acmePod, "lease-system", http.StatusForbidden},
+		"no pod":                   {lease.PodRef{}, "lease-system", http.StatusForbidden},
+		"a manager that is no pod": {replica, "", http.StatusForbidden},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := agentauth.NewVerifier(func(*http.Request) (lease.PodRef, error) { return c.pod, nil }, key)
+			w := httptest.NewRecorder()
+			ok := v.From(c.namespace)(w, httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, nil))
+			got := w.Code
+			if ok {
+				got = http.StatusOK
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("answer (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
