@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/deflink"
 	"github.com/vancetope/lease-operator/internal/httpapi"
@@ -45,7 +46,7 @@ func (f *agentFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.managerURL, "manager-url", os.Getenv(settings.EnvManagerURL),
 		"URL of the manager's admission Service (env LEASE_MANAGER_URL), required: the agent asks the manager for its tenant and its lease definitions, and for the lazy idle sweep (docs/security.md).")
 	fs.StringVar(&f.sourceIP, "manager-source-ip", "",
-		"DEVELOPMENT ONLY: the local address of the connections to the manager, where several simulated pods share one host (pods on 127.0.0.x); the manager tells pods apart by source address. In a pod leave it empty.")
+		"DEVELOPMENT ONLY: the local address of the connections to the manager (definitions, sweep and reclaim relays), where several simulated pods share one host (pods on 127.0.0.x); the manager tells pods apart by source address. In a pod leave it empty.")
 }
 
 // check refuses settings under which the agent could never answer.
@@ -86,8 +87,11 @@ func runAgent(args []string) error {
 	if err := f.check(key); err != nil {
 		return err
 	}
+	// Every call to the manager leaves from the pod's address and is signed with the
+	// namespace's agent key: the manager answers its agents only (agentauth).
+	toManager := agentauth.HTTPClient(f.sourceIP)
 	defs := deflink.NewClient(f.managerURL, self.Namespace, key,
-		deflink.WithSourceIP(f.sourceIP), deflink.WithClientLogger(log.WithName("definitions")))
+		deflink.WithHTTPClient(toManager), deflink.WithClientLogger(log.WithName("definitions")))
 	wt := newWaiting()
 	// A definition the manager may have changed wakes every waiter, which re-resolves, as
 	// followDefinitions does with the manager's own resolver (docs/waiting.md).
@@ -111,8 +115,8 @@ func runAgent(args []string) error {
 		revocation.WithLogger(log.WithName("revocation")))
 	// A waiter's borrowing reclaim runs on the manager too, which runs the revoked holder's
 	// handler and records the Event; here it would be a release only (docs/borrowing.md).
-	svcOpts := append(wt.serviceOptions(), leasing.WithIdleReaper(sweeper.RelayReaper(nil, f.managerURL, store)),
-		leasing.WithReclaimRelay(sweeper.RelayReclaim(nil, f.managerURL, leasing.ErrRelayUnreachable)),
+	svcOpts := append(wt.serviceOptions(), leasing.WithIdleReaper(sweeper.RelayReaper(toManager, f.managerURL, key, store)),
+		leasing.WithReclaimRelay(sweeper.RelayReclaim(toManager, f.managerURL, key, leasing.ErrRelayUnreachable)),
 		leasing.WithRevocationListener(dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(m))
 	svc := leasing.NewService(store, defs, registry, svcOpts...)
 	wt.startNotifier(ctx, store)

@@ -87,7 +87,7 @@ func (f *managerFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader for the status controller (every replica serves the API, sweeps and dispatches).")
 	fs.StringVar(&f.namespaces, "namespaces", "", "Comma-separated namespaces to watch for LeaseDefinitions and pods; empty watches all.")
 	fs.BoolVar(&f.allowNonPod, "allow-non-pod-callers", false,
-		"DEVELOPMENT ONLY: let callers of the admission API that are no pod (a curl on the host) act for any tenant they name. Off, they are refused with 403 TENANT_FORBIDDEN; pods always act only for the tenant of their namespace (docs/tenancy.md).")
+		"DEVELOPMENT ONLY: let callers of the admission API that are no pod (a curl on the host) act for any tenant they name. Off, they are refused with 403 TENANT_FORBIDDEN; pods always act only for the tenant of their namespace (docs/tenancy.md). It opens no /internal endpoint: those answer signed requests of agents only (docs/security.md).")
 	fs.DurationVar(&f.reapInterval, "reap-interval", 30*time.Second, "Interval of the scheduled sweep: idle reap, pod-dead reap, reconcile.")
 	fs.DurationVar(&f.reconcileSafety, "reconcile-safety", leasestore.DefaultSafetyMargin, "Reconcile corrects only counters unchanged for this long.")
 	fs.StringVar(&f.agentImage, "agent-image", "", "Image of the injected lease agent (normally the manager's own); empty disables the injection webhook.")
@@ -292,18 +292,10 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
 	wt.startNotifier(ctx, store)
 	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
-	servers := apiServers(f, routeHandlers{
-		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(podByIP(rev.watcher)), httpapi.WithTenantBinder(managerBinder(tenants, f.allowNonPod)),
-			httpapi.WithEvents(rev.hub), httpapi.WithMaxWait(maxWait)),
-		revoked: newReceiver(rev.self, rev.registry, agentlink.AgentKey(f.store.secret, rev.self.Namespace), store),
-		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
-		// manager's dispatch matrix (an agent watches no pods).
-		relay: sweeper.RelayHandler(store, rev.dispatcher, realClock, leasing.DefaultSweepInterval),
-		// Agents ask for their waiters' borrowing reclaims here, for the same reason.
-		reclaim: sweeper.ReclaimRelayHandler(svc, podByIP(rev.watcher), leasing.ErrNotOwed, realClock, ctrl.Log.WithName("reclaim")),
-		// Agents read no Kubernetes API: they ask here for their tenant and definitions.
-		definitions: agentDefinitions(resolver, tenants, rev.watcher, f.store.secret),
-	}, adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,
+	servers := apiServers(f, admissionHandlers(f, admissionParts{
+		svc: svc, store: store, resolver: resolver, tenants: tenants, identify: podByIP(rev.watcher),
+		versions: agentVersions(resolver, tenants), hub: rev.hub, self: rev.self, registry: rev.registry, listener: rev.dispatcher,
+	}), adminapi.NewHandler(store, rev.dispatcher, rev.sweep, f.adminSecret,
 		adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 	for _, srv := range servers {
 		if err := mgr.Add(srv); err != nil {

@@ -53,15 +53,17 @@ type routeHandlers struct {
 	definitions http.Handler
 }
 
-// routes is the route table of the admission servers of both modes, built from the packages'
-// exported path constants. The operator API is not among them: it has a listener of its own
-// (adminRoutes), so the admission port answers 404 for it.
-func routes(h routeHandlers) *http.ServeMux {
-	mux := http.NewServeMux()
-	for _, r := range []struct {
-		path    string
-		handler http.Handler
-	}{
+// route is one entry of the route table.
+type route struct {
+	path    string
+	handler http.Handler
+}
+
+// routeTable is the route table of the admission servers of both modes, built from the
+// packages' exported path constants. The operator API is not among them: it has a listener of
+// its own (adminRoutes), so the admission port answers 404 for it.
+func routeTable(h routeHandlers) []route {
+	return []route{
 		{httpapi.PathPrefix, h.api},
 		{httpapi.PathOpenAPI, h.api},
 		{agentlink.ReceiverPath, h.revoked},
@@ -69,7 +71,13 @@ func routes(h routeHandlers) *http.ServeMux {
 		{sweeper.ReclaimRelayPath, h.reclaim},
 		{deflink.ResolvePath, h.definitions},
 		{deflink.WatchPath, h.definitions},
-	} {
+	}
+}
+
+// routes serves routeTable; a nil handler is not routed.
+func routes(h routeHandlers) *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, r := range routeTable(h) {
 		if r.handler != nil {
 			mux.Handle(r.path, r.handler)
 		}
@@ -85,12 +93,13 @@ func adminRoutes(admin http.Handler) *http.ServeMux {
 }
 
 // newReceiver builds the endpoint for forwarded revocations: it accepts only messages signed
-// with key, and acts only once the store confirms that the holder is gone.
-func newReceiver(self lease.PodRef, registry *revocation.Registry, key string, store *leasestore.Store) http.Handler {
-	return agentlink.NewReceiver(self, registry,
+// with key (and passing opts' checks), and acts only once the store confirms that the holder
+// is gone.
+func newReceiver(self lease.PodRef, registry *revocation.Registry, key string, store *leasestore.Store, opts ...agentlink.ReceiverOption) http.Handler {
+	return agentlink.NewReceiver(self, registry, append([]agentlink.ReceiverOption{
 		agentlink.WithAgentKey(key),
 		agentlink.WithReceiverLogger(ctrl.Log.WithName("receiver")),
-		agentlink.WithHolderCheck(stillHeld(store)))
+		agentlink.WithHolderCheck(stillHeld(store))}, opts...)...)
 }
 
 // stillHeld asks the store whether a holder exists: a forwarded revocation is only acted on

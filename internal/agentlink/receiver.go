@@ -34,9 +34,11 @@ var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
 //
 // Answers: 200 {"outcome":"delivered"}; 400 INVALID_REQUEST (malformed JSON, a missing
 // field, a token not of a token's form, an unknown reason or type); 401 UNAUTHORIZED (an
-// agent key is configured and the X-Lease-Signature header is not the body's signature); 405 for another method; 409 NOT_HOLDER_POD (the
-// message names another pod: the IP was reused); 500 HANDLER_FAILED. Any non-2xx makes
-// the sender fall back to the dead path.
+// agent key is configured and the X-Lease-Signature header is not the body's signature); 403
+// or 503 from the senders' check (WithSenders); 405 for another method; 409 NOT_HOLDER_POD
+// (the message names another pod: the IP was reused); 409 STILL_HELD; 500 HANDLER_FAILED;
+// 503 LEASE_UNAVAILABLE (the store could not be read: a fixed text and a correlation id, the
+// cause in the log). Any non-2xx makes the sender fall back to the dead path.
 type Receiver struct {
 	self     lease.PodRef
 	handlers *revocation.Registry
@@ -44,6 +46,7 @@ type Receiver struct {
 	timeout  time.Duration
 	log      logr.Logger
 	held     HeldFunc
+	senders  func(http.ResponseWriter, *http.Request) bool
 }
 
 var _ http.Handler = (*Receiver)(nil)
@@ -66,6 +69,15 @@ type ReceiverOption func(*Receiver)
 // network; the signature (with the holder check) keeps anybody there from making an app
 // believe its lease was revoked.
 func WithAgentKey(key string) ReceiverOption { return func(r *Receiver) { r.key = key } }
+
+// WithSenders lets through, after the signature, only the requests check passes; check has
+// answered the others. The manager passes agentauth.Verifier.From(its namespace): on its
+// admission port the only senders are its own replicas, pods it can identify by address,
+// while a pod of a tenant's namespace, whose agent key signs that namespace's forwards only,
+// has no reason to post there. An agent identifies no pods and takes no check.
+func WithSenders(check func(http.ResponseWriter, *http.Request) bool) ReceiverOption {
+	return func(r *Receiver) { r.senders = check }
+}
 
 // WithReceiverLogger sets the logger (default: discard).
 func WithReceiverLogger(l logr.Logger) ReceiverOption { return func(r *Receiver) { r.log = l } }
@@ -105,6 +117,10 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized, "missing or wrong "+SignatureHeader)
 		return
 	}
+	// After the signature, which costs nothing: an unsigned flood makes no pod lookups.
+	if rc.senders != nil && !rc.senders(w, req) {
+		return
+	}
 	msg, err := decodeMessage(body)
 	if err != nil {
 		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, err.Error())
@@ -133,7 +149,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		held, err := rc.held(ctx, msg.Token)
 		switch {
 		case err != nil:
-			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, err.Error())
+			id := httpjson.NewCorrelationID()
+			log.Error(err, "Reading the revoked holder from the store failed", "correlationId", id)
+			httpjson.WriteUnavailable(w, "the lease store is unavailable", id)
 			return
 		case held:
 			httpjson.WriteError(w, http.StatusConflict, ErrCodeStillHeld, "the lease "+lease.HolderID(msg.Token)+" is still held: nothing was revoked")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/utils/clock"
@@ -277,6 +278,86 @@ func TestReceiverConfirmsWithTheStore(t *testing.T) {
 			defer cancel()
 			if _, published := hub.Wait(ctx, "tok"); published != (tc.status == 200) {
 				t.Errorf("published = %v, want %v", published, tc.status == 200)
+			}
+		})
+	}
+}
+
+// Review finding (internal endpoints): the receiver answered a store error with the driver's
+// text (hosts, topology). Now it answers a fixed text with a correlation id, under which the
+// cause is logged in full.
+func TestReceiverStoreErrorIsAFixedText(t *testing.T) {
+	const driverText = "server selection error: mongo-0.mongo.lease-system.svc:27017 (replica set rs0) unreachable"
+	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	var logged strings.Builder
+	log := funcr.NewJSON(func(obj string) { logged.WriteString(obj + "\n") }, funcr.Options{})
+	rc := agentlink.NewReceiver(self, handlers.NewDefaultRegistry(notify.NewHub(time.Minute, clock.RealClock{}), nil, nil),
+		agentlink.WithHolderCheck(func(context.Context, string) (bool, error) { return false, errors.New(driverText) }),
+		agentlink.WithAgentKey("k"), agentlink.WithReceiverLogger(log))
+	b := msgBody(func() agentlink.Message {
+		return agentlink.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "revoke",
+			Pod: agentlink.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
+	}, nil)()
+	req := httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, strings.NewReader(b))
+	req.Header.Set(agentlink.SignatureHeader, hmacHex("k", b))
+	rec := httptest.NewRecorder()
+	rc.ServeHTTP(rec, req)
+	var eb httpjson.ErrorBody
+	if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &eb) != nil || eb.Error != httpjson.CodeUnavailable {
+		t.Fatalf("answer %d %s, want 503 LEASE_UNAVAILABLE", rec.Code, rec.Body)
+	}
+	for _, leak := range []string{"mongo", "rs0", "27017", "server selection"} {
+		if strings.Contains(rec.Body.String(), leak) {
+			t.Errorf("the answer carries the driver's %q: %s", leak, rec.Body)
+		}
+	}
+	if eb.CorrelationID == "" || !strings.Contains(logged.String(), driverText) || !strings.Contains(logged.String(), eb.CorrelationID) {
+		t.Errorf("answer %s, log %s; want the driver's error logged under the answer's correlation id", rec.Body, logged.String())
+	}
+}
+
+// WithSenders: a signed message from a sender the check refuses is answered by the check and
+// runs no handler; an unsigned one is refused before the check is asked (no pod lookup for a
+// flood of forgeries).
+func TestReceiverSenders(t *testing.T) {
+	self := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
+	for name, c := range map[string]struct {
+		sender, signed bool
+		want           int
+		wantAsked      bool
+	}{
+		"a sender":                 {sender: true, signed: true, want: http.StatusOK, wantAsked: true},
+		"another caller":           {signed: true, want: http.StatusForbidden, wantAsked: true},
+		"unsigned, another caller": {want: http.StatusUnauthorized},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hub := notify.NewHub(time.Minute, clock.RealClock{})
+			asked := false
+			rc := agentlink.NewReceiver(self, handlers.NewDefaultRegistry(hub, nil, nil), agentlink.WithAgentKey("k"),
+				agentlink.WithSenders(func(w http.ResponseWriter, _ *http.Request) bool {
+					asked = true
+					if !c.sender {
+						httpjson.WriteError(w, http.StatusForbidden, httpjson.CodeTenantForbidden, "not a sender")
+					}
+					return c.sender
+				}))
+			b := msgBody(func() agentlink.Message {
+				return agentlink.Message{Token: "tok", Type: "tex", Resource: "tex2pdf", Reason: "revoke",
+					Pod: agentlink.MessagePod{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}}
+			}, nil)()
+			req := httptest.NewRequest(http.MethodPost, agentlink.ReceiverPath, strings.NewReader(b))
+			if c.signed {
+				req.Header.Set(agentlink.SignatureHeader, hmacHex("k", b))
+			}
+			rec := httptest.NewRecorder()
+			rc.ServeHTTP(rec, req)
+			if rec.Code != c.want || asked != c.wantAsked {
+				t.Errorf("answer %d (check asked: %v), want %d (%v): %s", rec.Code, asked, c.want, c.wantAsked, rec.Body)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if _, published := hub.Wait(ctx, "tok"); published != (c.want == http.StatusOK) {
+				t.Errorf("handler ran = %v, want %v", published, c.want == http.StatusOK)
 			}
 		})
 	}

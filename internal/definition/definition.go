@@ -38,6 +38,12 @@ const NoneReference = "none"
 // mcp-inline:<tenant>/<project>/<name>.
 const InlineResourcePrefix = "mcp-inline:"
 
+// InlineResource is the resource of the inline definition name in (tenant, project): the
+// tenant's own, since no two tenants' inline resources share a prefix.
+func InlineResource(tenant, project, name string) string {
+	return InlineResourcePrefix + tenant + "/" + project + "/" + name
+}
+
 // Caps are the merged caps of the four levels; 0 means the level is not capped.
 type Caps struct {
 	Global, Tenant, Project, User int

@@ -55,7 +55,7 @@ func Inline(tenant, project string, spec InlineSpec) (Definition, error) {
 	}
 	d := Definition{
 		Name:     spec.Name,
-		Resource: InlineResourcePrefix + tenant + "/" + project + "/" + spec.Name,
+		Resource: InlineResource(tenant, project, spec.Name),
 		Caps:     Caps{Project: deref(spec.Levels.Project), User: deref(spec.Levels.User)},
 		TTL:      DefaultTTL,
 		Wait:     DefaultWait,

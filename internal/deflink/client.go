@@ -1,13 +1,11 @@
 package deflink
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -64,24 +63,9 @@ type Client struct {
 // ClientOption configures a Client.
 type ClientOption func(*Client)
 
-// WithHTTPClient sets the HTTP client (default: one whose connections come from
-// WithSourceIP's address, if any).
+// WithHTTPClient sets the HTTP client (default: a plain one; the agent passes
+// agentauth.HTTPClient, whose connections leave from its pod's address where that matters).
 func WithHTTPClient(c *http.Client) ClientOption { return func(cl *Client) { cl.http = c } }
-
-// WithSourceIP makes the connections to the manager leave from ip. Only where several
-// simulated pods share one host (make run, the e2e suite: pods on 127.0.0.x) does it
-// matter; in a pod the pod's IP is the source anyway.
-func WithSourceIP(ip string) ClientOption {
-	return func(cl *Client) {
-		if ip == "" {
-			return
-		}
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.DialContext = d.DialContext
-		cl.http = &http.Client{Transport: t}
-	}
-}
 
 // WithClock sets the clock of the retry pause (default the real clock).
 func WithClock(c clock.WithTicker) ClientOption { return func(cl *Client) { cl.clock = c } }
@@ -273,12 +257,10 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 	if err != nil {
 		return fmt.Errorf("encoding the request: %w", err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+path, bytes.NewReader(body))
+	hr, err := agentauth.NewRequest(ctx, c.key, c.url, path, body)
 	if err != nil {
-		return fmt.Errorf("building the request: %w", err)
+		return err
 	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set(SignatureHeader, Sign(c.key, path, body))
 	resp, err := c.http.Do(hr)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpjson"
@@ -69,7 +70,7 @@ var texDef = definition.Definition{Name: "tex", Resource: "tex", Caps: definitio
 	TTL: 90 * time.Second, Wait: 2500 * time.Millisecond, Fairness: definition.FairProcess}
 
 // byIP identifies callers by source address, as the manager's pod informer does.
-func byIP(pods map[string]lease.PodRef) PodIdentity {
+func byIP(pods map[string]lease.PodRef) agentauth.PodIdentity {
 	return func(r *http.Request) (lease.PodRef, error) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		return pods[host], nil
@@ -81,7 +82,7 @@ func byIP(pods map[string]lease.PodRef) PodIdentity {
 func serve(t *testing.T, res Resolver, v *Versions, opts ...HandlerOption) *httptest.Server {
 	t.Helper()
 	pods := map[string]lease.PodRef{"127.0.0.1": acmePod, "127.0.0.2": globexPod, "127.0.0.3": loosePod}
-	srv := httptest.NewServer(NewHandler(res, tenants, byIP(pods), agentKey, v, opts...))
+	srv := httptest.NewServer(NewHandler(res, tenants, agentauth.NewVerifier(byIP(pods), agentKey), v, opts...))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -91,7 +92,7 @@ func post(t *testing.T, url, path, key string, body any) (int, []byte) {
 	t.Helper()
 	data, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+path, bytes.NewReader(data))
-	req.Header.Set(SignatureHeader, Sign(key, path, data))
+	req.Header.Set(agentauth.SignatureHeader, agentauth.Sign(key, path, data))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestHandlerRefusesWhatIsNotTheCallersOwn(t *testing.T) {
 	res := &fakeResolver{defs: map[string]definition.Definition{"tex": texDef}}
 	// Every call comes from 127.0.0.1: acme's pod, unless identify says otherwise.
 	cases := map[string]struct {
-		identify   PodIdentity
+		identify   agentauth.PodIdentity
 		key        string
 		path       string
 		signPath   string // the path signed, when not path
@@ -148,15 +149,16 @@ func TestHandlerRefusesWhatIsNotTheCallersOwn(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			h := NewHandler(res, tenants, byIP(map[string]lease.PodRef{"127.0.0.1": acmePod}), agentKey, NewVersions())
-			if tc.identify != nil {
-				h.identify = tc.identify
+			identify := tc.identify
+			if identify == nil {
+				identify = byIP(map[string]lease.PodRef{"127.0.0.1": acmePod})
 			}
+			h := NewHandler(res, tenants, agentauth.NewVerifier(identify, agentKey), NewVersions())
 			data, _ := json.Marshal(tc.body)
 			req := httptest.NewRequest(http.MethodPost, tc.path, bytes.NewReader(data))
 			req.RemoteAddr = "127.0.0.1:40000"
 			if tc.key != "" {
-				req.Header.Set(SignatureHeader, Sign(tc.key, stdcmp.Or(tc.signPath, tc.path), data))
+				req.Header.Set(agentauth.SignatureHeader, agentauth.Sign(tc.key, stdcmp.Or(tc.signPath, tc.path), data))
 			}
 			before := res.calls.Load()
 			w := httptest.NewRecorder()
@@ -408,7 +410,7 @@ func TestClientSourceIPIsTheCaller(t *testing.T) {
 	res := &fakeResolver{defs: map[string]definition.Definition{"tex": texDef}}
 	srv := serve(t, res, NewVersions())
 	// globex's agent on 127.0.0.2: its requests are globex's, whatever it names.
-	c := NewClient(srv.URL, "globex", agentKey("globex"), WithSourceIP("127.0.0.2"))
+	c := NewClient(srv.URL, "globex", agentKey("globex"), WithHTTPClient(agentauth.HTTPClient("127.0.0.2")))
 	if _, err := c.Resolve(t.Context(), "globex", "web", "tex"); err != nil {
 		t.Errorf("globex's own tenant: %v", err)
 	}
@@ -441,7 +443,7 @@ func TestClientFollowsARelabel(t *testing.T) {
 	res := &fakeResolver{defs: map[string]definition.Definition{"tex": texDef}}
 	v := NewVersions()
 	m := &lockedTenancy{Static: tenancy.Static{System: "lease-system", Tenants: map[string]string{"acme": "acme"}}}
-	srv := httptest.NewServer(NewHandler(res, m, byIP(map[string]lease.PodRef{"127.0.0.1": acmePod}), agentKey, v, WithHold(time.Hour)))
+	srv := httptest.NewServer(NewHandler(res, m, agentauth.NewVerifier(byIP(map[string]lease.PodRef{"127.0.0.1": acmePod}), agentKey), v, WithHold(time.Hour)))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { _ = srv.Config.Close() })
 	c := client(t, srv.URL, WithWatchHold(time.Hour))

@@ -2,13 +2,11 @@ package deflink
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -16,10 +14,10 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
@@ -66,11 +64,6 @@ type Resolver interface {
 
 var _ Resolver = (*definition.Resolver)(nil)
 
-// PodIdentity returns the pod that sent r, found by its source address; the zero PodRef
-// when the caller is no pod; an error satisfying lease.ErrUnavailable when that cannot be
-// decided now.
-type PodIdentity func(r *http.Request) (lease.PodRef, error)
-
 // DefaultHold is how long a watch waits for a change before it answers the same version.
 // Well below the admission server's write timeout.
 const DefaultHold = 20 * time.Second
@@ -79,8 +72,7 @@ const DefaultHold = 20 * time.Second
 type Handler struct {
 	resolver Resolver
 	tenants  tenancy.Map
-	identify PodIdentity
-	key      func(namespace string) string
+	auth     *agentauth.Verifier
 	versions *Versions
 	hold     time.Duration
 	log      logr.Logger
@@ -92,16 +84,13 @@ type HandlerOption func(*Handler)
 // WithHold sets how long a watch waits for a change (default DefaultHold).
 func WithHold(d time.Duration) HandlerOption { return func(h *Handler) { h.hold = d } }
 
-// WithLogger sets the logger of refusals and resolution failures.
+// WithLogger sets the logger of resolution failures.
 func WithLogger(l logr.Logger) HandlerOption { return func(h *Handler) { h.log = l } }
 
-// NewHandler serves resolver's definitions and tenants' tenancy to agents identified by
-// identify, whose requests must be signed with key(their namespace) (agentlink.AgentKey
-// over the manager's internal secret). A key of "" refuses every request.
-func NewHandler(resolver Resolver, tenants tenancy.Map, identify PodIdentity, key func(namespace string) string,
-	versions *Versions, opts ...HandlerOption) *Handler {
-	h := &Handler{resolver: resolver, tenants: tenants, identify: identify, key: key, versions: versions,
-		hold: DefaultHold, log: logr.Discard()}
+// NewHandler serves resolver's definitions and tenants' tenancy to the agents auth accepts:
+// pods whose requests are signed with their namespace's agent key (agentauth).
+func NewHandler(resolver Resolver, tenants tenancy.Map, auth *agentauth.Verifier, versions *Versions, opts ...HandlerOption) *Handler {
+	h := &Handler{resolver: resolver, tenants: tenants, auth: auth, versions: versions, hold: DefaultHold, log: logr.Discard()}
 	for _, o := range opts {
 		o(h)
 	}
@@ -119,7 +108,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "only POST is allowed")
 		return
 	}
-	pod, body, ok := h.authenticate(w, r)
+	pod, body, ok := h.auth.Authenticate(w, r)
 	if !ok {
 		return
 	}
@@ -129,40 +118,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.resolve(w, r, body, pod, tenant, labelled)
-}
-
-// authenticate reads the body and returns the calling pod when the request is signed with
-// the key of that pod's namespace; otherwise it has answered.
-func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (lease.PodRef, []byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
-	if err != nil {
-		httpjson.WriteError(w, http.StatusBadRequest, httpjson.CodeInvalid, fmt.Sprintf("body: at most %d bytes", maxRequestBytes))
-		return lease.PodRef{}, nil, false
-	}
-	pod, err := h.identify(r)
-	switch {
-	case errors.Is(err, podwatch.ErrLookupLimited):
-		// Counted, and logged once a second, by the pod watcher: no line per refused caller.
-		w.Header().Set("Retry-After", "1")
-		httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable,
-			"the calling pod cannot be identified now: "+podwatch.ErrLookupLimited.Error())
-		return lease.PodRef{}, nil, false
-	case err != nil && errors.Is(err, lease.ErrUnavailable):
-		h.log.Error(err, "Identifying an agent failed", "addr", r.RemoteAddr)
-		httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, "the calling pod cannot be identified now")
-		return lease.PodRef{}, nil, false
-	case err != nil || pod.Name == "":
-		httpjson.Write(w, http.StatusForbidden, httpjson.ErrorBody{Error: httpjson.CodeTenantForbidden,
-			Message: "definitions are served only to the agents of pods: " + r.RemoteAddr + " is no pod"})
-		return lease.PodRef{}, nil, false
-	}
-	key := h.key(pod.Namespace)
-	if key == "" || !hmac.Equal([]byte(r.Header.Get(SignatureHeader)), []byte(Sign(key, r.URL.Path, body))) {
-		httpjson.WriteError(w, http.StatusUnauthorized, httpjson.CodeUnauthorized,
-			"missing or wrong "+SignatureHeader+" for an agent of namespace "+pod.Namespace)
-		return lease.PodRef{}, nil, false
-	}
-	return pod, body, true
 }
 
 func (h *Handler) watch(w http.ResponseWriter, r *http.Request, body []byte, pod lease.PodRef, tenant string, labelled bool) {

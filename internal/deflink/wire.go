@@ -8,15 +8,13 @@
 // source address, as on the admission API, and answers only for the tenant of that pod's
 // namespace; and every request is signed with the namespace's agent key
 // (agentlink.AgentKey), which the webhook gives only to the agents it injects, so that an
-// app container of the same pod cannot pose as its agent.
+// app container of the same pod cannot pose as its agent. Both checks are agentauth's, which
+// the manager's other agent endpoints (the sweep and reclaim relays) share.
 //
 // Handler is the manager's side, Client the agent's; this file is the wire between them.
 package deflink
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -34,26 +32,8 @@ const (
 	WatchPath = "/internal/lease/definitions/watch"
 )
 
-// SignatureHeader carries the hex HMAC-SHA256, under the caller namespace's agent key, of
-// the request path and body (Sign).
-const SignatureHeader = "X-Lease-Agent-Signature"
-
-// maxRequestBytes bounds a request body: a scope and a lease name, or a version.
-const maxRequestBytes = 4 << 10
-
 // maxAnswerBytes bounds an answer the agent reads.
 const maxAnswerBytes = 64 << 10
-
-// Sign returns the SignatureHeader value of a request to path with body under key. The path
-// is signed too, so that neither request can stand for the other, and the domain prefix keeps
-// a signature from ever verifying as a forwarded revocation's (agentlink), which uses the
-// same key.
-func Sign(key, path string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(key))
-	m.Write([]byte("lease-definitions\x00" + path + "\x00"))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
 
 // ResolveRequest asks for the merged definition of Name in (Tenant, Project). Tenant must be
 // the tenant of the calling pod's namespace.

@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -193,10 +191,9 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// Unavailable, and anything unexpected: fail closed. The cause (store host names and
 		// topology, the documents of a definition) stays in the log; the caller gets its kind
 		// and the correlation id that finds it there (docs/security.md).
-		id := correlationID()
+		id := httpjson.NewCorrelationID()
 		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path, "correlationId", id)
-		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Error: httpjson.CodeUnavailable,
-			Message: unavailableMessage(err) + " (correlation id " + id + " in the server's log)", CorrelationID: id})
+		httpjson.WriteUnavailable(w, unavailableMessage(err), id)
 	}
 }
 
@@ -218,11 +215,4 @@ func unavailableMessage(err error) string {
 		return "the tenant of the calling pod is not known yet (the server has not yet learnt which namespace belongs to which tenant)"
 	}
 	return "the lease store is unavailable"
-}
-
-// correlationID returns a random id that ties an answer to its log line.
-func correlationID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
-	return hex.EncodeToString(b)
 }

@@ -4,6 +4,7 @@
 package httpjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,16 @@ import (
 // unknown fields. With required false an empty body is accepted (dst is left as it is).
 // It returns nil or the field at fault.
 func Decode(w http.ResponseWriter, r *http.Request, maxBody int64, dst any, required bool) *lease.InvalidError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	return decode(json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)), maxBody, dst, required)
+}
+
+// DecodeBytes decodes a body already read (and bounded) into dst as Decode does: exactly one
+// JSON object, no unknown fields, required. It returns nil or the field at fault.
+func DecodeBytes(body []byte, dst any) *lease.InvalidError {
+	return decode(json.NewDecoder(bytes.NewReader(body)), int64(len(body)), dst, true)
+}
+
+func decode(dec *json.Decoder, maxBody int64, dst any, required bool) *lease.InvalidError {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		if !required && errors.Is(err, io.EOF) {

@@ -52,3 +52,24 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+// DecodeBytes is Decode on a body already read (and bounded) by its caller: the same strict
+// rules, the body required.
+func TestDecodeBytes(t *testing.T) {
+	type body struct {
+		Name string `json:"name"`
+	}
+	for in, want := range map[string]string{
+		`{"name":"a"}`:   "",
+		``:               "body",
+		`{"colour":"r"}`: "colour",
+		`{} {}`:          "body",
+		`{"name":1}`:     "name",
+	} {
+		var got body
+		fe := httpjson.DecodeBytes([]byte(in), &got)
+		if (fe == nil) != (want == "") || fe != nil && fe.Field != want {
+			t.Errorf("DecodeBytes(%q) = %v, want field %q", in, fe, want)
+		}
+	}
+}

@@ -232,20 +232,21 @@ func busyOf(b *lease.BusyError) *lease.BusyError {
 // A resource is swept at most once per sweep interval by this service (each sweep costs two
 // reads; a holder becomes idle at most once per TTL, which is at least a second). A failed
 // sweep does not fail the acquisition (the next store call reports a store that is down).
-func (s *Service) sweep(ctx context.Context, resource string) int {
-	if !s.sweeps.allow(resource, s.clk.Now(), s.cfg.sweepInterval) {
+func (s *Service) sweep(ctx context.Context, req leasestore.AcquireRequest) int {
+	if !s.sweeps.allow(req.Resource, s.clk.Now(), s.cfg.sweepInterval) {
 		return 0
 	}
-	return s.sweepNow(ctx, resource)
+	return s.sweepNow(ctx, req)
 }
 
-// sweepNow is the lazy idle sweep of one resource, past its gate.
-func (s *Service) sweepNow(ctx context.Context, resource string) int {
+// sweepNow is the lazy idle sweep of the resource of req, past its gate.
+func (s *Service) sweepNow(ctx context.Context, req leasestore.AcquireRequest) int {
+	resource := req.Resource
 	var sw leasestore.IdleSweep
 	var dispatched int
 	var err error
 	if s.cfg.idleReaper != nil {
-		sw, dispatched, err = s.cfg.idleReaper(ctx, resource)
+		sw, dispatched, err = s.cfg.idleReaper(ctx, sweepTarget(req))
 	} else {
 		sw, err = s.store.SweepIdle(ctx, resource)
 	}

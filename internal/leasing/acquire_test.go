@@ -396,13 +396,17 @@ func TestLazySweepWithoutListenerOnlyLogs(t *testing.T) {
 }
 
 // An injected idle reaper (the agent's relay to the manager) replaces the store's ReapIdle in
-// the lazy sweep; the holders it returns still go to the listener.
+// the lazy sweep, and is told the lease reference as well as the resource (the relay names
+// the reference); the holders it returns still go to the listener.
 func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
-	var swept []string
+	var mu sync.Mutex
+	var swept []leasing.SweepTarget
 	var e *env
-	reaper := func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
-		swept = append(swept, resource)
-		sw, err := e.store.SweepIdle(ctx, resource)
+	reaper := func(ctx context.Context, target leasing.SweepTarget) (leasestore.IdleSweep, int, error) {
+		mu.Lock()
+		swept = append(swept, target)
+		mu.Unlock()
+		sw, err := e.store.SweepIdle(ctx, target.Resource)
 		return sw, 0, err
 	}
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 3000}},
@@ -411,8 +415,11 @@ func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 	if _, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v")); err != nil {
 		t.Fatalf("acquire waiting past the idle TTL: %v", err)
 	}
-	if len(swept) == 0 || swept[0] != "idle" {
-		t.Errorf("injected reaper swept %v, want the busy resource", swept)
+	mu.Lock()
+	defer mu.Unlock()
+	want := leasing.SweepTarget{Resource: "idle", Tenant: "acme", Project: "p", Lease: "idle"}
+	if len(swept) == 0 || swept[0] != want {
+		t.Errorf("injected reaper swept %+v, want the busy resource and its reference %+v", swept, want)
 	}
 	select {
 	case c := <-e.listener.calls:
@@ -424,13 +431,41 @@ func TestLazySweepUsesTheInjectedReaper(t *testing.T) {
 	}
 }
 
+// An inline lease's lazy sweep names the inline definition: the manager's relay builds its
+// resource from the caller's own tenant (docs/security.md, "The sweep relay").
+func TestLazySweepNamesTheInlineLease(t *testing.T) {
+	var mu sync.Mutex
+	var swept []leasing.SweepTarget
+	reaper := func(_ context.Context, target leasing.SweepTarget) (leasestore.IdleSweep, int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		swept = append(swept, target)
+		return leasestore.IdleSweep{}, 0, nil
+	}
+	e := newEnv(t, nil, envOpts{svcOpts: []leasing.Option{leasing.WithIdleReaper(reaper)}})
+	r := req("", "acme", "p", "u")
+	r.Type = "mcp"
+	r.Inline = &definition.InlineSpec{Name: "browser", Levels: definition.Levels{User: ptr(int32(1))}, TTLSeconds: ptr(int32(30))}
+	mustAcquire(t, e.svc, r)
+	r.Wait = waitFor(0)
+	if _, err := acquire(ctxT(t), e.svc, r); !errors.Is(err, lease.ErrBusy) {
+		t.Fatalf("second inline acquire = %v, want busy", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []leasing.SweepTarget{{Resource: "mcp-inline:acme/p/browser", Tenant: "acme", Project: "p", Lease: "browser", Inline: true}}
+	if diff := cmp.Diff(want, swept); diff != "" {
+		t.Errorf("swept (-want +got):\n%s", diff)
+	}
+}
+
 // TestLazySweepElsewhereRetriesAtOnce: when the injected reaper (the agent's relay to the
 // manager) freed slots whose holders it dispatched itself, the acquisition retries at once:
 // with waitMs 0 it gets the slot instead of answering BUSY.
 func TestLazySweepElsewhereRetriesAtOnce(t *testing.T) {
 	var e *env
-	reaper := func(ctx context.Context, resource string) (leasestore.IdleSweep, int, error) {
-		hs, err := e.store.ReapIdle(ctx, resource) // "the manager" reaps and dispatches
+	reaper := func(ctx context.Context, target leasing.SweepTarget) (leasestore.IdleSweep, int, error) {
+		hs, err := e.store.ReapIdle(ctx, target.Resource) // "the manager" reaps and dispatches
 		return leasestore.IdleSweep{}, len(hs), err
 	}
 	e = newEnv(t, []leaseDef{{name: "idle", global: 1, ttlSeconds: 1, waitMs: 0}},

@@ -3,6 +3,7 @@ package leasing
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,7 +148,27 @@ type config struct {
 // this service to hand to its listener, and how many more it freed whose holders it had
 // dispatched itself (the manager, for an agent's relay); either makes a busy acquisition
 // retry at once.
-type IdleReaper func(ctx context.Context, resource string) (sweep leasestore.IdleSweep, dispatched int, err error)
+type IdleReaper func(ctx context.Context, target SweepTarget) (sweep leasestore.IdleSweep, dispatched int, err error)
+
+// SweepTarget is what a lazy idle sweep is for: the resource, and the lease reference of the
+// acquisition that found it full. The agent's relay names the reference, not the resource:
+// the manager resolves it again for the calling pod's own tenant, so that a pod can sweep, and
+// learn about, only resources its own tenant's definitions lead to (docs/security.md, "The
+// sweep relay").
+type SweepTarget struct {
+	// Resource is the counter key the acquisition found full.
+	Resource string
+	// Tenant, Project and Lease are the acquisition's scope and lease name; Inline says that
+	// Lease is the name of an inline definition (whose resource is built from the scope).
+	Tenant, Project, Lease string
+	Inline                 bool
+}
+
+// sweepTarget is the lazy sweep's target for an acquisition.
+func sweepTarget(req leasestore.AcquireRequest) SweepTarget {
+	return SweepTarget{Resource: req.Resource, Tenant: req.Tenant, Project: req.Project, Lease: req.LeaseName,
+		Inline: strings.HasPrefix(req.Resource, definition.InlineResourcePrefix)}
+}
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no
 // pods, asks the manager to sweep, so that the reaped holders go through the manager's

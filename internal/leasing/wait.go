@@ -120,7 +120,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		// With a wait, the sweep and the retry it earns are later calls, bounded by the
 		// deadline; without one they are part of the one attempt.
 		asked := s.clk.Now()
-		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req.Resource) }, nil)
+		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req) }, nil)
 		if !done {
 			return lease.Holder{}, s.cut(ctx, op, asked, busy)
 		}
@@ -525,7 +525,7 @@ func (s *Service) withdraw(ctx context.Context, token string) {
 func (s *Service) tend(req leasestore.AcquireRequest, busy *lease.BusyError) {
 	ctx := context.Background()
 	if s.sweeps.allow(req.Resource, s.clk.Now(), s.cfg.sweepInterval) {
-		s.background.Go(func() { s.sweepNow(ctx, req.Resource) })
+		s.background.Go(func() { s.sweepNow(ctx, req) })
 	}
 	key := busyKey(busy)
 	if s.heals.allow(key, s.clk.Now(), s.cfg.sweepInterval) {

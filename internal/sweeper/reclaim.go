@@ -11,24 +11,27 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	"k8s.io/utils/clock"
-
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 )
 
 // ReclaimRelayPath is the manager's endpoint where lease agents ask for a borrowing reclaim
 // for one of their waiters (docs/borrowing.md). The manager revokes and dispatches through its
 // own matrix, so the revoked holder's handler runs and an Event is recorded; an agent's
-// dispatcher knows no pod but its own. Only the waiter's own pod may ask (by its source
-// address, as on the admission API), and the manager checks from the store that the waiter is
-// owed a reclaim; a waiter is asked for at most once per reclaimInterval.
+// dispatcher knows no pod but its own. Only the agent of the waiter's own pod may ask
+// (agentauth: the pod by its source address, the request signed with its namespace's agent
+// key, so that an app container of the pod cannot pose as its agent), and the manager checks
+// from the store that the waiter is owed a reclaim; a pod's ask for one waiter is passed on at
+// most once per reclaimInterval.
 const ReclaimRelayPath = "/internal/lease/reclaim"
 
 // reclaimInterval is the least time between two reclaims for one waiter: its own process asks
 // about once a second (each look), jittered by a quarter.
 const reclaimInterval = 500 * time.Millisecond
+
+// reclaimTimeout bounds one reclaim asked of the manager.
+const reclaimTimeout = 30 * time.Second
 
 // Reclaimer runs a relayed reclaim (leasing.Service.ReclaimFor).
 type Reclaimer interface {
@@ -45,64 +48,79 @@ type reclaimResponse struct {
 	NotOwed string `json:"notOwed,omitempty"`
 }
 
-// ReclaimRelayHandler serves ReclaimRelayPath on the manager: 200 with whether a holder was
-// revoked (and why not, when the waiter is owed nothing: errors matching notOwed), 400 for a
-// malformed request, 503 when the caller or the store could not be read. A revocation is
-// answered as one even if a later step failed, so that the agent never reclaims a second time
-// for it. The gate counts asks per calling pod and waiter, so that another pod naming the
-// waiter cannot use up the waiter's own asks.
-func ReclaimRelayHandler(r Reclaimer, identify func(*http.Request) (lease.PodRef, error), notOwed error,
-	clk clock.PassiveClock, log logr.Logger) http.Handler {
-	gate := &relayGate{last: map[string]time.Time{}}
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var in reclaimRequest
-		if !decodePost(w, req, &in) {
-			return
-		}
-		if !lease.ValidHolderID(in.Waiter) {
-			httpjson.Write(w, http.StatusBadRequest, httpjson.ErrorBody{Error: httpjson.CodeInvalid,
-				Message: "waiter: want a holder ID (lh- and 24 hex digits)", Field: "waiter"})
-			return
-		}
-		// A caller that is no pod (the zero PodRef) is the pod of no waiter: owed nothing.
-		caller, err := identify(req)
+// reclaimRelay serves ReclaimRelayPath.
+type reclaimRelay struct {
+	reclaimer Reclaimer
+	auth      Authenticator
+	notOwed   error
+	cfg       relayConfig
+	gate      *gate // per calling pod and waiter
+}
+
+// ReclaimRelayHandler serves ReclaimRelayPath on the manager: for an agent that auth accepts,
+// 200 with whether a holder was revoked (and why not, when the waiter is owed nothing: errors
+// matching notOwed), 400 for a malformed request, 401, 403 and 503 from auth, 503 with a fixed
+// text and a correlation id when the store could not be read (the cause in the log). A
+// revocation is answered as one even if a later step failed, so that the agent never reclaims
+// a second time for it. The gate counts asks per calling pod and waiter, so that another pod
+// naming the waiter cannot use up the waiter's own asks.
+func ReclaimRelayHandler(r Reclaimer, auth Authenticator, notOwed error, opts ...RelayOption) http.Handler {
+	return &reclaimRelay{reclaimer: r, auth: auth, notOwed: notOwed, cfg: relayConfigOf(opts), gate: newGate(gateSize, reclaimInterval)}
+}
+
+func (h *reclaimRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if !postOnly(w, req) {
+		return
+	}
+	caller, body, ok := h.auth.Authenticate(w, req)
+	if !ok {
+		return
+	}
+	var in reclaimRequest
+	if fe := httpjson.DecodeBytes(body, &in); fe != nil {
+		writeInvalid(w, fe)
+		return
+	}
+	if !lease.ValidHolderID(in.Waiter) {
+		writeInvalid(w, &lease.InvalidError{Field: "waiter", Detail: "want a holder ID (lh- and 24 hex digits)"})
+		return
+	}
+	if !h.gate.allow(string(caller.UID)+"/"+caller.String()+"/"+in.Waiter, h.cfg.clock.Now()) {
+		httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: "asked for less than " + reclaimInterval.String() + " ago"})
+		return
+	}
+	revoked, err := h.reclaimer.ReclaimFor(context.WithoutCancel(req.Context()), caller, in.Waiter)
+	switch {
+	case revoked || err == nil:
 		if err != nil {
-			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, "identifying the calling pod")
-			return
+			h.cfg.log.Error(err, "Reclaim revoked a holder, then failed", "pod", caller.String(), "waiter", in.Waiter)
 		}
-		if !gate.allow(string(caller.UID)+"/"+caller.String()+"/"+in.Waiter, clk.Now(), reclaimInterval) {
-			httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: "asked for less than " + reclaimInterval.String() + " ago"})
-			return
-		}
-		revoked, err := r.ReclaimFor(context.WithoutCancel(req.Context()), caller, in.Waiter)
-		switch {
-		case revoked || err == nil:
-			if err != nil {
-				log.Error(err, "Reclaim revoked a holder, then failed", "waiter", in.Waiter)
-			}
-			httpjson.Write(w, http.StatusOK, reclaimResponse{Revoked: revoked})
-		case errors.Is(err, notOwed):
-			httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: err.Error()})
-		default:
-			log.Error(err, "Reclaim failed", "waiter", in.Waiter)
-			httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable, "reclaim failed; the store could not be read")
-		}
-	})
+		httpjson.Write(w, http.StatusOK, reclaimResponse{Revoked: revoked})
+	case errors.Is(err, h.notOwed):
+		httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: err.Error()})
+	default:
+		id := httpjson.NewCorrelationID()
+		h.cfg.log.Error(err, "Reclaim failed", "pod", caller.String(), "waiter", in.Waiter, "correlationId", id)
+		httpjson.WriteUnavailable(w, unavailableStore, id)
+	}
 }
 
 // RelayReclaim returns the lease agent's reclaim relay (leasing.WithReclaimRelay): it asks the
-// manager at managerURL to reclaim for a waiter. Only when the manager cannot be reached (no
+// manager at managerURL to reclaim for a waiter, signing with key (the agent key of the pod's
+// namespace); client's connections must leave from the pod's address (agentauth.HTTPClient). Only when the manager cannot be reached (no
 // connection: the request was never received) is the error unreachable, wrapped around
 // leasing's ErrRelayUnreachable, and the agent reclaims itself, releasing the holder only;
 // after a timeout or an error answer the manager may have reclaimed, and the waiter's next
 // look asks again.
-func RelayReclaim(client *http.Client, managerURL string, unreachable error) func(ctx context.Context, waiter string) (bool, error) {
+func RelayReclaim(client *http.Client, managerURL, key string, unreachable error) leasing.ReclaimRelay {
 	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
+		client = &http.Client{}
 	}
-	url := strings.TrimRight(managerURL, "/") + ReclaimRelayPath
+	base := strings.TrimRight(managerURL, "/")
 	return func(ctx context.Context, waiter string) (bool, error) {
-		resp, err := postJSON(ctx, client, url, reclaimRequest{Waiter: waiter})
+		ctx, cancel := context.WithTimeout(ctx, reclaimTimeout)
+		defer cancel()
+		resp, err := postSigned(ctx, client, key, base, ReclaimRelayPath, reclaimRequest{Waiter: waiter})
 		if err != nil {
 			if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 				return false, fmt.Errorf("%w: %w", unreachable, err)

@@ -16,7 +16,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 )
 
@@ -64,13 +66,18 @@ func TestReclaimRelay(t *testing.T) {
 	var caller atomic.Pointer[lease.PodRef]
 	caller.Store(&pod)
 	identify := func(*http.Request) (lease.PodRef, error) { return *caller.Load(), nil }
-	srv := httptest.NewServer(sweeper.ReclaimRelayHandler(r, identify, errNotOwed, clk, logr.Discard()))
+	srv := httptest.NewServer(sweeper.ReclaimRelayHandler(r, agentauth.NewVerifier(identify, relayKey), errNotOwed,
+		sweeper.WithRelayClock(clk), sweeper.WithRelayLogger(logr.Discard())))
 	t.Cleanup(srv.Close)
-	relay := sweeper.RelayReclaim(srv.Client(), srv.URL, errUnreachable)
+	// Each pod's agent signs with its own namespace's key.
+	relays := map[string]leasing.ReclaimRelay{}
+	for _, ns := range []string{pod.Namespace, intruder.Namespace} {
+		relays[ns] = sweeper.RelayReclaim(srv.Client(), srv.URL, relayKey(ns), errUnreachable)
+	}
 	ctx := context.Background()
 	type outcome struct{ revoked, err, unreachable bool }
 	ask := func(waiter string) outcome {
-		revoked, err := relay(ctx, waiter)
+		revoked, err := relays[caller.Load().Namespace](ctx, waiter)
 		return outcome{revoked, err != nil, errors.Is(err, errUnreachable)}
 	}
 	for _, c := range []struct {
@@ -104,11 +111,13 @@ func TestReclaimRelay(t *testing.T) {
 	for _, c := range []struct {
 		method, body string
 		want         int
-	}{{http.MethodGet, "", http.StatusMethodNotAllowed}, {http.MethodPost, `{"waiter":`, http.StatusBadRequest}} {
+	}{{http.MethodGet, "", http.StatusMethodNotAllowed}, {http.MethodPost, `{"waiter":`, http.StatusBadRequest},
+		{http.MethodPost, `{"waiter":"lh-x","x":1}`, http.StatusBadRequest}} {
 		req, err := http.NewRequest(c.method, srv.URL+sweeper.ReclaimRelayPath, strings.NewReader(c.body))
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set(agentauth.SignatureHeader, agentauth.Sign(relayKey(pod.Namespace), sweeper.ReclaimRelayPath, []byte(c.body)))
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
