@@ -149,7 +149,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		held, err := rc.held(ctx, msg.Token)
 		switch {
 		case err != nil:
-			id := httpjson.NewCorrelationID()
+			id := lease.CorrelationID()
 			log.Error(err, "Reading the revoked holder from the store failed", "correlationId", id)
 			httpjson.WriteUnavailable(w, "the lease store is unavailable", id)
 			return

@@ -191,7 +191,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// Unavailable, and anything unexpected: fail closed. The cause (store host names and
 		// topology, the documents of a definition) stays in the log; the caller gets its kind
 		// and the correlation id that finds it there (docs/security.md).
-		id := httpjson.NewCorrelationID()
+		id := lease.CorrelationID()
 		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path, "correlationId", id)
 		httpjson.WriteUnavailable(w, unavailableMessage(err), id)
 	}

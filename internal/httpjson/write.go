@@ -1,8 +1,6 @@
 package httpjson
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 )
@@ -72,15 +70,8 @@ func WriteError(w http.ResponseWriter, status int, code, message string) {
 	Write(w, status, ErrorBody{Error: code, Message: message})
 }
 
-// NewCorrelationID returns a random id that ties an answer to its log line.
-func NewCorrelationID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
-	return hex.EncodeToString(b)
-}
-
 // WriteUnavailable answers 503 LEASE_UNAVAILABLE with message, a fixed text that says what
-// kind of thing is unavailable, and id (NewCorrelationID), under which the caller has logged
+// kind of thing is unavailable, and id (lease.CorrelationID), under which the caller has logged
 // the cause in full. The cause itself (store host names, replica-set topology) never goes on
 // the wire (docs/security.md, "Errors without internal detail").
 func WriteUnavailable(w http.ResponseWriter, message, id string) {

@@ -99,7 +99,7 @@ func (h *reclaimRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case errors.Is(err, h.notOwed):
 		httpjson.Write(w, http.StatusOK, reclaimResponse{NotOwed: err.Error()})
 	default:
-		id := httpjson.NewCorrelationID()
+		id := lease.CorrelationID()
 		h.cfg.log.Error(err, "Reclaim failed", "pod", caller.String(), "waiter", in.Waiter, "correlationId", id)
 		httpjson.WriteUnavailable(w, unavailableStore, id)
 	}

@@ -164,7 +164,7 @@ func (h *sweepRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.listener.Revoked(context.WithoutCancel(r.Context()), metrics.ReapIdle, sw.Reaped)
 		}
 		if err != nil {
-			id := httpjson.NewCorrelationID()
+			id := lease.CorrelationID()
 			h.cfg.log.Error(err, "Relayed idle sweep failed", "pod", pod.String(), "resource", resource,
 				"reaped", len(sw.Reaped), "correlationId", id)
 			httpjson.WriteUnavailable(w, unavailableStore, id)
