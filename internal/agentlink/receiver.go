@@ -14,6 +14,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
@@ -26,7 +27,7 @@ const (
 )
 
 // validReasons are the reasons a revocation can carry.
-var validReasons = map[string]bool{"idle": true, "pod": true, "revoke": true}
+var validReasons = map[string]bool{metrics.ReapIdle: true, metrics.ReapPod: true, metrics.ReapRevoke: true, metrics.ReapReclaim: true}
 
 // Receiver is the agent's endpoint for revocations forwarded by a reaper:
 // POST /internal/lease/revoked with a Message. It runs the type's handler locally (in the
@@ -181,7 +182,7 @@ func decodeMessage(body []byte) (Message, error) {
 	case msg.Type == "":
 		return msg, errors.New("type: required")
 	case !validReasons[msg.Reason]:
-		return msg, fmt.Errorf("reason: %q is not idle, pod or revoke", msg.Reason)
+		return msg, fmt.Errorf("reason: %q is not idle, pod, revoke or reclaim", msg.Reason)
 	case msg.Pod.Name == "" || msg.Pod.Namespace == "":
 		return msg, errors.New("pod: namespace and name required")
 	}

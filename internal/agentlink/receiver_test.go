@@ -1,6 +1,7 @@
 package agentlink_test
 
 import (
+	stdcmp "cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -45,6 +46,7 @@ func TestReceiver(t *testing.T) {
 		status  int
 		errCode string
 		publish bool
+		reason  string // of the published event, when not idle
 	}{
 		"delivered":                       {status: 200, publish: true},
 		"delivered with the right key":    {secret: "right", status: 200, publish: true},
@@ -56,6 +58,7 @@ func TestReceiver(t *testing.T) {
 		"GET":                             {method: http.MethodGet, status: 405, errCode: httpjson.CodeMethodNotAllowed},
 		"malformed JSON":                  {body: func() string { return `{"token":` }, status: 400, errCode: httpjson.CodeInvalid},
 		"missing token":                   {body: msgBody(valid, func(m *agentlink.Message) { m.Token = "" }), status: 400, errCode: httpjson.CodeInvalid},
+		"a borrowing reclaim":             {body: msgBody(valid, func(m *agentlink.Message) { m.Reason = "reclaim" }), status: 200, publish: true, reason: "reclaim"},
 		"bad reason":                      {body: msgBody(valid, func(m *agentlink.Message) { m.Reason = "release" }), status: 400, errCode: httpjson.CodeInvalid},
 		"missing pod":                     {body: msgBody(valid, func(m *agentlink.Message) { m.Pod = agentlink.MessagePod{} }), status: 400, errCode: httpjson.CodeInvalid},
 		"unknown type":                    {body: msgBody(valid, func(m *agentlink.Message) { m.Type = "browser" }), status: 400, errCode: httpjson.CodeInvalid},
@@ -108,7 +111,8 @@ func TestReceiver(t *testing.T) {
 				t.Fatalf("published = %v, want %v", published, tc.publish)
 			}
 			if tc.publish {
-				if diff := cmp.Diff(notify.Event{Token: "tok", Reason: "idle", Type: "tex", Resource: "tex2pdf"}, ev, cmpIgnoreAt); diff != "" {
+				want := notify.Event{Token: "tok", Reason: stdcmp.Or(tc.reason, "idle"), Type: "tex", Resource: "tex2pdf"}
+				if diff := cmp.Diff(want, ev, cmpIgnoreAt); diff != "" {
 					t.Errorf("event (-want +got):\n%s", diff)
 				}
 			}
