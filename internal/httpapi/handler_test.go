@@ -226,8 +226,14 @@ func TestLostAfterRevoke(t *testing.T) {
 		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
 		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{"jobId":"x"}}`},
 	} {
-		if status, out := e.do(t, c.method, c.path, c.body); status != http.StatusGone || out["error"] != httpjson.CodeLost {
+		status, out := e.do(t, c.method, c.path, c.body)
+		if status != http.StatusGone || out["error"] != httpjson.CodeLost {
 			t.Errorf("%s %s after revoke = %d %v, want 410 LEASE_LOST", c.method, c.path, status, out)
+		}
+		// The message names the holder by its ID: the token is a bearer secret, and the
+		// caller's application logs such messages (docs/security.md, "Tokens").
+		if msg := fmt.Sprint(out["message"]); len(tokenscan.Text(msg, tok)) > 0 || !strings.Contains(msg, lease.HolderID(tok)) {
+			t.Errorf("%s %s after revoke: message %q carries the token or does not name the holder %s", c.method, c.path, msg, lease.HolderID(tok))
 		}
 	}
 	if status, out := e.do(t, http.MethodDelete, "/v1/leases/"+tok, ""); status != http.StatusOK || out["outcome"] != "already-released" {
