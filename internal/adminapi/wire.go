@@ -40,7 +40,8 @@ func (b revokeBody) validate() error {
 		return &lease.InvalidError{Field: "id", Detail: "give id or token, not both"}
 	case b.ID != "":
 		if !lease.ValidHolderID(b.ID) {
-			return &lease.InvalidError{Field: "id", Detail: fmt.Sprintf("%q is not a holder ID (want %s and 24 lowercase hex digits)", lease.Clip(b.ID, 64), lease.HolderIDPrefix)}
+			// The value is not echoed: it may be a token given as an ID (docs/security.md, "Tokens").
+			return &lease.InvalidError{Field: "id", Detail: fmt.Sprintf("is not a holder ID (want %s and 24 lowercase hex digits; a token goes in \"token\")", lease.HolderIDPrefix)}
 		}
 	default:
 		if err := validToken(b.Token); err != nil {
@@ -68,7 +69,9 @@ func validToken(token string) error {
 	case token == "":
 		return &lease.InvalidError{Field: "token", Detail: "is required (or id)"}
 	case len(token) != tokenLen || strings.IndexFunc(token, notLowerHex) >= 0:
-		return &lease.InvalidError{Field: "token", Detail: fmt.Sprintf("%q is not a lease token (want %d lowercase hex digits)", lease.Clip(token, 64), tokenLen)}
+		// The value is not echoed: a token in another case or with a space around it is
+		// still a bearer secret (docs/security.md, "Tokens").
+		return &lease.InvalidError{Field: "token", Detail: fmt.Sprintf("is not a lease token (want %d lowercase hex digits)", tokenLen)}
 	}
 	return nil
 }

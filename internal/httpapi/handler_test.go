@@ -21,6 +21,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/settings"
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
@@ -168,17 +169,31 @@ func TestMaxWaitCapsTheWait(t *testing.T) {
 }
 
 func TestUnavailableAnswer(t *testing.T) {
+	log, logged := tokenscan.Logger()
 	e := newEnv(t, []leaseDef{{name: "tex", global: 1, ttlSeconds: 60, waitMs: 5000}},
-		envOpts{uri: "mongodb://127.0.0.1:1/?connectTimeoutMS=300", storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}})
+		envOpts{uri: "mongodb://127.0.0.1:1/?connectTimeoutMS=300", storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}, log: log})
 	tok := strings.Repeat("ab", 16)
-	for _, c := range []struct{ method, path, body string }{
-		{http.MethodPost, "/v1/leases", texBody},
-		{http.MethodPost, "/v1/leases?dryRun=true", texBody},
-		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
-		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{}}`},
-		{http.MethodDelete, "/v1/leases/" + tok, ""},
+	for _, c := range []struct{ method, path, body, route string }{
+		{http.MethodPost, "/v1/leases", texBody, "POST " + httpapi.PathLeases},
+		{http.MethodPost, "/v1/leases?dryRun=true", texBody, "POST " + httpapi.PathLeases},
+		{http.MethodPost, "/v1/leases/" + tok + "/check", "", "POST " + httpapi.PathCheck},
+		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{}}`, "PUT " + httpapi.PathPayload},
+		{http.MethodDelete, "/v1/leases/" + tok, "", "DELETE " + httpapi.PathLease},
 	} {
 		status, out := e.do(t, c.method, c.path, c.body)
+		// The cause is logged under the route and the holder's ID: the path carries the token,
+		// a bearer secret (docs/security.md, "Tokens").
+		line := logLineOf(logged(), fmt.Sprint(out["correlationId"]))
+		if hits := tokenscan.Text(line, tok); len(hits) > 0 {
+			t.Errorf("%s %s: the log line carries the token: %v", c.method, c.path, hits)
+		}
+		if want := fmt.Sprintf("%q=%q", "route", c.route); !strings.Contains(line, want) {
+			t.Errorf("%s %s: log line %q does not name the route (%s)", c.method, c.path, line, want)
+		}
+		if holder := fmt.Sprintf("%q=%q", "holder", lease.HolderID(tok)); strings.Contains(c.route, "{token}") != strings.Contains(line, holder) {
+			t.Errorf("%s %s: log line %q names the holder %t, want it to name %s exactly when the path carries a token",
+				c.method, c.path, line, strings.Contains(line, holder), lease.HolderID(tok))
+		}
 		if status != http.StatusServiceUnavailable || out["error"] != httpjson.CodeUnavailable || out["message"] == "" {
 			t.Errorf("%s %s with the store down = %d %v, want 503 LEASE_UNAVAILABLE", c.method, c.path, status, out)
 		}
@@ -191,6 +206,16 @@ func TestUnavailableAnswer(t *testing.T) {
 	}
 }
 
+// logLineOf is the line of log that carries the correlation id id.
+func logLineOf(log, id string) string {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, id) {
+			return line
+		}
+	}
+	return ""
+}
+
 func TestLostAfterRevoke(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", global: 2, ttlSeconds: 60}}, envOpts{})
 	tok := e.acquire(t, texBody)
@@ -201,8 +226,14 @@ func TestLostAfterRevoke(t *testing.T) {
 		{http.MethodPost, "/v1/leases/" + tok + "/check", ""},
 		{http.MethodPut, "/v1/leases/" + tok + "/payload", `{"payload":{"jobId":"x"}}`},
 	} {
-		if status, out := e.do(t, c.method, c.path, c.body); status != http.StatusGone || out["error"] != httpjson.CodeLost {
+		status, out := e.do(t, c.method, c.path, c.body)
+		if status != http.StatusGone || out["error"] != httpjson.CodeLost {
 			t.Errorf("%s %s after revoke = %d %v, want 410 LEASE_LOST", c.method, c.path, status, out)
+		}
+		// The message names the holder by its ID: the token is a bearer secret, and the
+		// caller's application logs such messages (docs/security.md, "Tokens").
+		if msg := fmt.Sprint(out["message"]); len(tokenscan.Text(msg, tok)) > 0 || !strings.Contains(msg, lease.HolderID(tok)) {
+			t.Errorf("%s %s after revoke: message %q carries the token or does not name the holder %s", c.method, c.path, msg, lease.HolderID(tok))
 		}
 	}
 	if status, out := e.do(t, http.MethodDelete, "/v1/leases/"+tok, ""); status != http.StatusOK || out["outcome"] != "already-released" {

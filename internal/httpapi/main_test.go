@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vancetope/lease-operator/internal/definition"
@@ -152,6 +153,9 @@ type envOpts struct {
 	uri       string
 	storeOpts []leasestore.Option
 	httpOpts  []httpapi.Option
+	// log, when set, is the logger in every request's context (where the handler logs), as
+	// the manager's and the agent's global logger is.
+	log logr.Logger
 }
 
 func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
@@ -181,7 +185,14 @@ func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
 	e.metrics = metrics.New(prometheus.NewRegistry())
 	e.svc = leasing.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
 		leasing.NewStaticTypes("tex", "mcp"), leasing.WithMetrics(e.metrics))
-	e.srv = httptest.NewServer(openapitest.Conformance(t, httpapi.NewHandler(e.svc, o.httpOpts...)))
+	var h http.Handler = httpapi.NewHandler(e.svc, o.httpOpts...)
+	if o.log.GetSink() != nil {
+		api := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			api.ServeHTTP(w, r.WithContext(logr.NewContext(r.Context(), o.log)))
+		})
+	}
+	e.srv = httptest.NewServer(openapitest.Conformance(t, h))
 	t.Cleanup(func() { waitfor.Do(t, "the test server to close (its handlers to return)", e.srv.Close) })
 	return e
 }

@@ -192,9 +192,20 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// topology, the documents of a definition) stays in the log; the caller gets its kind
 		// and the correlation id that finds it there (docs/security.md).
 		id := lease.CorrelationID()
-		logf.FromContext(r.Context()).Error(err, "Lease request failed", "method", r.Method, "path", r.URL.Path, "correlationId", id)
+		logf.FromContext(r.Context()).Error(err, "Lease request failed", requestKeys(r, "correlationId", id)...)
 		httpjson.WriteUnavailable(w, unavailableMessage(err), id)
 	}
+}
+
+// requestKeys names a request in a log line by its route, never by its path: the path of
+// check, payload, release and events carries the holder's token, a bearer secret, so the
+// holder is named by its public ID (docs/security.md, "Tokens").
+func requestKeys(r *http.Request, kv ...any) []any {
+	keys := []any{"route", r.Pattern}
+	if token := r.PathValue("token"); token != "" {
+		keys = append(keys, "holder", lease.HolderID(token))
+	}
+	return append(keys, kv...)
 }
 
 // errCallerUnidentified marks an unavailable answer of the PodIdentity: what cannot be known

@@ -44,3 +44,7 @@ func EventSize(grants []Grant) (int, error) {
 	raw, err := bson.Marshal(eventDoc{ID: bson.NewObjectID(), Origin: newOrigin(), Grants: grants})
 	return len(raw), err
 }
+
+// DeleteMark deletes the release mark of token on the caller's path, as a release does when
+// the mark cannot wait for the background delete.
+func (s *Store) DeleteMark(ctx context.Context, token string) error { return s.deleteMark(ctx, token) }

@@ -35,7 +35,7 @@ func (s *Store) TouchFence(ctx context.Context, token string) (int64, error) {
 		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}}).Decode(&d)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		return 0, fmt.Errorf("holder %s: %w", token, lease.ErrLost)
+		return 0, lostError(token)
 	case err != nil:
 		return 0, unavailable("touching holder", err)
 	}
@@ -63,7 +63,7 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 		return unavailable("updating payload", err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("holder %s: %w", token, lease.ErrLost)
+		return lostError(token)
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 	}
 	s.takeHanded(lease.HolderID(doc.ID))
 	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
-		return doc.holder(), true, unavailable("releasing holder "+doc.ID, err)
+		return doc.holder(), true, unavailable("releasing holder "+lease.HolderID(doc.ID), err)
 	}
 	keys := union(doc.booked(), extra)
 	borrowed := doc.BorrowKey != "" && slices.Contains(keys, doc.BorrowKey)
@@ -321,11 +321,18 @@ func (s *Store) GetHolder(ctx context.Context, token string) (lease.Holder, erro
 	err := s.holders.FindOne(ctx, bson.D{{Key: "_id", Value: token}}).Decode(&doc)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments), err == nil && doc.State == stateReleased:
-		return lease.Holder{}, fmt.Errorf("holder %s: %w", token, lease.ErrLost)
+		return lease.Holder{}, lostError(token)
 	case err != nil:
 		return lease.Holder{}, unavailable("reading holder", err)
 	}
 	return doc.holder(), nil
+}
+
+// lostError is lease.ErrLost for the holder with token. It names the holder by its public ID:
+// the error reaches logs, Events and the answers of the APIs, and the token is a bearer
+// secret (docs/security.md, "Tokens").
+func lostError(token string) error {
+	return fmt.Errorf("holder %s: %w", lease.HolderID(token), lease.ErrLost)
 }
 
 // GetHolderByID reads one holder by its public ID; lease.ErrLost when none has it.

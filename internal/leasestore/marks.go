@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/vancetope/lease-operator/internal/lease"
 )
 
 // A release mark (releaseHolder) has done its work once the holder's slots are given back;
@@ -99,7 +101,7 @@ func (s *Store) dropMarks() {
 // deleteMark deletes the release mark of token on the caller's path.
 func (s *Store) deleteMark(ctx context.Context, token string) error {
 	if _, err := s.holders.DeleteOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "state", Value: stateReleased}}); err != nil {
-		return unavailable("deleting released holder "+token, err)
+		return unavailable("deleting released holder "+lease.HolderID(token), err)
 	}
 	return nil
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -19,6 +21,22 @@ import (
 )
 
 var holdersResource = livev1alpha1.Resource(livev1alpha1.ResourceHolders)
+
+// notFound is NotFound for the holder or waiter name of resource. A name that is no holder
+// ID is not echoed: it may be a token, a bearer secret (docs/security.md, "Tokens").
+func notFound(resource schema.GroupResource, name string) error {
+	if lease.ValidHolderID(name) {
+		return apierrors.NewNotFound(resource, name)
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+		// A name in the details, so that kubectl lease does not take the answer for a live
+		// API that is not served (cli.liveClient.wrap).
+		Details: &metav1.StatusDetails{Group: resource.Group, Kind: resource.Resource, Name: "(not a holder ID)"},
+		Message: fmt.Sprintf("%s are named by holder ID (%s and 24 lowercase hex digits, as kubectl get %s shows them); the name given is none",
+			resource, lease.HolderIDPrefix, resource.Resource),
+	}}
+}
 
 // holderStorage serves leaseholders: get, list, delete (revoke).
 type holderStorage struct {
@@ -57,18 +75,18 @@ func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
 	if !lease.ValidHolderID(name) {
 		// Not an ID (a token, say): no holder has this name, and the store is not asked.
-		return nil, apierrors.NewNotFound(holdersResource, name)
+		return nil, notFound(holdersResource, name)
 	}
 	h, err := s.deps.Store.GetHolderByID(ctx, name)
 	switch {
 	case errors.Is(err, lease.ErrLost):
-		return nil, apierrors.NewNotFound(holdersResource, name)
+		return nil, notFound(holdersResource, name)
 	case err != nil:
 		return nil, storeError(s.deps.Log, "reading holder "+name, err)
 	}
 	nss := sc.in(s.views.namespacesOfTenant(h.Tenant))
 	if len(nss) == 0 {
-		return nil, apierrors.NewNotFound(holdersResource, name)
+		return nil, notFound(holdersResource, name)
 	}
 	obj := holderObject(h, nss[0], s.deps.Pods)
 	return &obj, nil
@@ -153,10 +171,10 @@ func (s *holderStorage) Delete(ctx context.Context, name string, validate rest.V
 		tenant = cur.(*livev1alpha1.LeaseHolder).Spec.Tenant
 	}
 	if sc.kind == scopeNone {
-		return nil, false, apierrors.NewNotFound(holdersResource, name)
+		return nil, false, notFound(holdersResource, name)
 	}
 	if !lease.ValidHolderID(name) {
-		return nil, false, apierrors.NewNotFound(holdersResource, name)
+		return nil, false, notFound(holdersResource, name)
 	}
 	h, ok, err := s.deps.Store.RevokeByID(ctx, name, tenant)
 	if ok {
@@ -167,7 +185,7 @@ func (s *holderStorage) Delete(ctx context.Context, name string, validate rest.V
 	case err != nil:
 		return nil, false, storeError(s.deps.Log, "revoking holder "+name, err)
 	case !ok:
-		return nil, false, apierrors.NewNotFound(holdersResource, name)
+		return nil, false, notFound(holdersResource, name)
 	}
 	obj := holderObject(h, sc.namespace, s.deps.Pods)
 	return &obj, true, nil

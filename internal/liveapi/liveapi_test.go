@@ -3,6 +3,7 @@ package liveapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 )
 
 func ctxT(t testing.TB) context.Context {
@@ -171,9 +173,21 @@ func TestDeleteRevokes(t *testing.T) {
 		t.Errorf("alice deletes in globex: err = %v, want Forbidden", err)
 	}
 
-	// The token is no name: deleting by it finds nothing and revokes nothing.
-	if err := client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.Token, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+	// The token is no name: deleting or reading by it finds nothing and revokes nothing, and
+	// the answer does not echo it: a token is a bearer secret (docs/security.md, "Tokens").
+	err = client(t, alice).Resource(holders).Namespace(nsAcme).Delete(ctxT(t), a1.Token, metav1.DeleteOptions{})
+	if !apierrors.IsNotFound(err) {
 		t.Errorf("alice deletes by token: err = %v, want NotFound", err)
+	}
+	if hits := tokenscan.Text(fmt.Sprint(err), a1.Token); len(hits) > 0 {
+		t.Errorf("alice deletes by token: the answer echoes the token: %v", hits)
+	}
+	_, err = client(t, alice).Resource(holders).Namespace(nsAcme).Get(ctxT(t), a1.Token, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("alice reads by token: err = %v, want NotFound", err)
+	}
+	if hits := tokenscan.Text(fmt.Sprint(err), a1.Token); len(hits) > 0 {
+		t.Errorf("alice reads by token: the answer echoes the token: %v", hits)
 	}
 	if err := store.Touch(ctxT(t), a1.Token); err != nil {
 		t.Fatalf("holder after a delete by token: %v, want held", err)

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -87,7 +86,7 @@ func (s *waiterStorage) waiters(ctx context.Context, sel listSelection) ([]livev
 // in the request's namespace, is NotFound.
 func (s *waiterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
 	if !lease.ValidHolderID(name) {
-		return nil, apierrors.NewNotFound(waitersResource, name)
+		return nil, notFound(waitersResource, name)
 	}
 	sel := listSelection{labels: labels.Everything(), fields: fields.Everything()}
 	sel.filter.ID = name
@@ -96,7 +95,7 @@ func (s *waiterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 		return nil, err
 	}
 	if len(ws) == 0 {
-		return nil, apierrors.NewNotFound(waitersResource, name)
+		return nil, notFound(waitersResource, name)
 	}
 	return &ws[0], nil
 }

@@ -369,7 +369,7 @@ func actionVerb(a Action) string {
 	}
 }
 
-// shortToken shows a token's prefix only: Events are readable by everyone in the namespace.
+// contextWithTimeout bounds ctx by d; d of zero or less leaves it unbounded.
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
 		return context.WithCancel(ctx)

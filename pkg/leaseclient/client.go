@@ -306,7 +306,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (int, []
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, c.withRoute(err, path)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -314,7 +314,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (int, []
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, c.withRoute(err, path)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
@@ -322,6 +322,29 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (int, []
 		return resp.StatusCode, nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	return resp.StatusCode, raw, nil
+}
+
+// withRoute makes the URL an error of the HTTP client names (Post "http://…/v1/leases/…/check":
+// connection refused) the route, /v1/leases/{token}/check: the path of a lease carries its
+// token, a bearer secret, and applications log such errors (docs/security.md, "Tokens").
+func (c *Client) withRoute(err error, path string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = c.base.String() + routeOf(path)
+	}
+	return err
+}
+
+// routeOf is path with the token of a lease's path replaced by {token}.
+func routeOf(path string) string {
+	rest, ok := strings.CutPrefix(path, pathLeases+"/")
+	if !ok {
+		return path
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		return pathLeases + "/{token}" + rest[i:]
+	}
+	return pathLeases + "/{token}"
 }
 
 // answerError maps an error answer to its typed error: by the body's code when it has one,

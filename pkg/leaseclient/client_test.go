@@ -3,8 +3,11 @@ package leaseclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/notify"
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 	"github.com/vancetope/lease-operator/pkg/leaseclient"
 )
@@ -259,14 +263,61 @@ func TestLostAfterRevoke(t *testing.T) {
 		t.Fatalf("revoke: %v %v", ok, err)
 	}
 	var lost *leaseclient.LostError
-	if err := l.Check(ctx(t)); !errors.Is(err, leaseclient.ErrLost) || !errors.As(err, &lost) || lost.Op != "check" || lost.Message == "" {
+	err = l.Check(ctx(t))
+	if !errors.Is(err, leaseclient.ErrLost) || !errors.As(err, &lost) || lost.Op != "check" || lost.Message == "" {
 		t.Errorf("check after revoke = %v, want a *LostError of check", err)
 	}
-	if err := l.UpdatePayload(ctx(t), map[string]string{"jobId": "x"}); !errors.Is(err, leaseclient.ErrLost) {
+	// The server's text names the holder by its ID: the token is a bearer secret, and an
+	// application logs such errors (docs/security.md, "Tokens").
+	if hits := tokenscan.Text(fmt.Sprint(err), l.Token); len(hits) > 0 {
+		t.Errorf("check after revoke: the error carries the token: %v", hits)
+	}
+	err = l.UpdatePayload(ctx(t), map[string]string{"jobId": "x"})
+	if !errors.Is(err, leaseclient.ErrLost) {
 		t.Errorf("payload after revoke = %v, want ErrLost", err)
+	}
+	if hits := tokenscan.Text(fmt.Sprint(err), l.Token); len(hits) > 0 {
+		t.Errorf("payload after revoke: the error carries the token: %v", hits)
 	}
 	if err := l.Release(ctx(t)); err != nil {
 		t.Errorf("release after revoke = %v, want nil (already released)", err)
+	}
+}
+
+// TestTransportErrorsHideTheToken: when no answer comes, the error (which an application
+// logs) names the route, not the URL with the lease's token in its path.
+func TestTransportErrorsHideTheToken(t *testing.T) {
+	const token = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"token":"`+token+`","noop":false,"lease":"solo","resource":"solo-res","levels":[],"ttlSeconds":60,"fence":1}`)
+	}))
+	c, err := leaseclient.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(ctx(t), soloReq)
+	if err != nil || l.Token != token {
+		t.Fatalf("acquire = %+v, %v", l, err)
+	}
+	srv.Close() // the agent is gone: every call fails before an answer
+	for op, call := range map[string]func(context.Context) error{
+		"check":   l.Check,
+		"payload": func(ctx context.Context) error { return l.UpdatePayload(ctx, map[string]string{"jobId": "j"}) },
+		"release": l.Release,
+	} {
+		err := call(ctx(t))
+		var ue *leaseclient.UnavailableError
+		if !errors.As(err, &ue) || ue.Status != 0 {
+			t.Errorf("%s without a server = %v, want an *UnavailableError without status", op, err)
+			continue
+		}
+		if hits := tokenscan.Text(err.Error(), token); len(hits) > 0 {
+			t.Errorf("%s without a server: the error carries the token: %v", op, hits)
+		}
+		if !strings.Contains(err.Error(), "/v1/leases/{token}") {
+			t.Errorf("%s without a server = %q, want it to name the route /v1/leases/{token}", op, err)
+		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 )
 
 // requestTimeout bounds one API call of the suite; long-polls set their own.
@@ -100,6 +102,11 @@ func decode[T any](g Gomega, r response) T {
 	return v
 }
 
+// handedOut is every token the suite was handed: by an acquisition through an apiClient or
+// the Go client, or printed by an example consumer. At the end of the suite no process's log
+// may carry any of them (docs/security.md, "Tokens").
+var handedOut tokenscan.Tokens
+
 // apiClient calls one HTTP server of the system (the manager's API or an agent's).
 type apiClient struct {
 	name string
@@ -152,6 +159,12 @@ func (c *apiClient) call(ctx context.Context, method, path string, body any, hea
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return response{}, fmt.Errorf("reading the answer of %s %s on %s: %w", method, path, c.name, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		var l granted
+		if json.Unmarshal(data, &l) == nil {
+			handedOut.Add(l.Token)
+		}
 	}
 	return response{Status: resp.StatusCode, Body: data}, nil
 }

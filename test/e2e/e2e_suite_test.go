@@ -30,6 +30,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/testutil/kwoktest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 )
 
 const (
@@ -266,6 +267,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 		envErr = env.Stop()
 	}
 	mongotest.Stop()
+	expectNoTokenInLogs()
 	Expect(agentErr).NotTo(HaveOccurred(), "the agent should run until the end of the suite")
 	Expect(bareAgentErr).NotTo(HaveOccurred(), "the agent without a manager should run until the end of the suite")
 	Expect(otherAgentErr).NotTo(HaveOccurred(), "the other tenant's agent should run until the end of the suite")
@@ -273,6 +275,37 @@ var _ = AfterSuite(func(ctx SpecContext) {
 	Expect(kwokErr).NotTo(HaveOccurred(), "stopping kwok")
 	Expect(envErr).NotTo(HaveOccurred(), "stopping the control plane")
 }, NodeTimeout(2*time.Minute))
+
+// expectNoTokenInLogs fails the suite when the log of any process it ran (managers, agents, kwok)
+// carries a token the suite was handed, or an admission API path with any token: a token is a
+// bearer secret, and logs name a holder by its ID (docs/security.md, "Tokens"). It runs once
+// every process has stopped, before the work directory with the logs may go.
+func expectNoTokenInLogs() {
+	GinkgoHelper()
+	tokens, logs := handedOut.List(), logPaths()
+	if kwok != nil {
+		logs = append(logs, filepath.Join(kwok.Dir, "kwok.log"))
+	}
+	GinkgoWriter.Printf("e2e: scanning %d process logs for %d tokens handed out\n", len(logs), len(tokens))
+	if cfg, _ := GinkgoConfiguration(); agentAPI != nil && len(cfg.FocusStrings) == 0 && len(cfg.SkipStrings) == 0 && cfg.LabelFilter == "" {
+		// The whole suite ran (BeforeSuite got through): a scan for no token would pass
+		// whatever the logs hold.
+		Expect(tokens).NotTo(BeEmpty(), "the suite recorded no token it was handed")
+	}
+	hits, err := tokenscan.ScanFiles(tokens, logs...)
+	Expect(err).NotTo(HaveOccurred(), "scanning the process logs")
+	var b strings.Builder
+	for i, h := range hits {
+		if i == 20 {
+			fmt.Fprintf(&b, "… and %d more\n", len(hits)-i)
+			break
+		}
+		b.WriteString(h.String() + "\n")
+	}
+	if len(hits) > 0 {
+		Fail(fmt.Sprintf("%d lines of the process logs carry a token (logs kept in %s):\n%s", len(hits), workDir, b.String()))
+	}
+}
 
 // On a failure the processes' logs are the first thing to read.
 var _ = AfterEach(func() {

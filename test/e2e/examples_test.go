@@ -100,6 +100,9 @@ func startExample(name string, args ...string) *example {
 			_ = e.cmd.Process.Kill()
 			<-e.done
 		}
+		for _, tok := range e.tokens() {
+			handedOut.Add(tok)
+		}
 		GinkgoWriter.Printf("---- %s %v\n%s\n", name, args, e.out.String())
 	})
 	return e
@@ -136,6 +139,7 @@ func texLease(ctx context.Context, project, user string) *leaseclient.Lease {
 	Expect(err).NotTo(HaveOccurred())
 	l, err := client.Acquire(ctx, leaseclient.Request{Type: "tex", Lease: "tex", Tenant: tenant, Project: project, User: user})
 	Expect(err).NotTo(HaveOccurred())
+	handedOut.Add(l.Token)
 	DeferCleanup(func() { Expect(l.Release(context.Background())).To(Succeed()) })
 	return l
 }
@@ -183,6 +187,7 @@ var _ = Describe("The example consumers", func() {
 			GinkgoHelper()
 			l, err := client.Acquire(ctx, leaseclient.Request{Type: "notify", Inline: inline, Tenant: otherTenant, Project: "fenced", User: user, Wait: wait})
 			Expect(err).NotTo(HaveOccurred())
+			handedOut.Add(l.Token)
 			DeferCleanup(func() { _ = l.Release(context.Background()) })
 			return l
 		}

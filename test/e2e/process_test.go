@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -26,6 +28,20 @@ type process struct {
 	waitErr error         // set before done is closed
 }
 
+// processLogs are the logs of every process startProcess started, for the scan for tokens at
+// the end of the suite.
+var processLogs struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+// logPaths returns the log of every process the suite started.
+func logPaths() []string {
+	processLogs.mu.Lock()
+	defer processLogs.mu.Unlock()
+	return slices.Clone(processLogs.paths)
+}
+
 // startProcess starts bin with args and env (the complete environment), writing stdout and
 // stderr to <logDir>/<name>.log.
 func startProcess(name, logDir, bin string, args, env []string) (*process, error) {
@@ -34,6 +50,9 @@ func startProcess(name, logDir, bin string, args, env []string) (*process, error
 	if err != nil {
 		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
 	}
+	processLogs.mu.Lock()
+	processLogs.paths = append(processLogs.paths, logPath)
+	processLogs.mu.Unlock()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile

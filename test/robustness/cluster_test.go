@@ -31,6 +31,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 )
 
 // The deployed shape on loopback addresses of its own (test/e2e uses 127.0.0.1–6): the
@@ -546,6 +547,32 @@ func (c *cluster) dumpStore(resource string) string {
 	return b.String()
 }
 
+// scanLogs fails the test when the log of any process (store, manager, agents) carries a
+// token a caller was handed, or an admission API path with any token: a token is a bearer
+// secret, and logs name a holder by its ID (docs/security.md, "Tokens"). The processes have
+// stopped; their logs go only after this.
+func (c *cluster) scanLogs() {
+	var logs []string
+	for _, p := range append([]*proc{c.store, c.manager}, c.agents...) {
+		if p != nil {
+			logs = append(logs, p.logPath)
+		}
+	}
+	tokens := handedOut.List()
+	hits, err := tokenscan.ScanFiles(tokens, logs...)
+	if err != nil {
+		c.t.Errorf("scanning the process logs for tokens: %v", err)
+	}
+	for i, h := range hits {
+		if i == 20 {
+			c.t.Errorf("… and %d more tokens in the process logs", len(hits)-i)
+			break
+		}
+		c.t.Errorf("a token in a process log: %s", h)
+	}
+	c.t.Logf("robustness: scanned %d process logs for %d tokens handed out: %d found", len(logs), len(tokens), len(hits))
+}
+
 // stop ends everything the cluster started; the work directory is kept when the test
 // failed or ROBUSTNESS_KEEP is set.
 func (c *cluster) stop() {
@@ -564,6 +591,7 @@ func (c *cluster) stop() {
 	if c.env != nil {
 		_ = c.env.Stop()
 	}
+	c.scanLogs()
 	if c.t.Failed() || os.Getenv("ROBUSTNESS_KEEP") != "" {
 		c.t.Logf("robustness: process logs kept in %s", c.workDir)
 		return

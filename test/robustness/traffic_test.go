@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 )
 
 // recorder collects a run's history; times are monotonic, since origin.
@@ -40,6 +42,10 @@ func (r *recorder) fault(f Fault) {
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
 }
+
+// handedOut is every token a caller of the run was handed. When the cluster stops, no
+// process's log may carry any of them (docs/security.md, "Tokens").
+var handedOut tokenscan.Tokens
 
 // caller is one application calling one process's admission API over a connection pool of
 // its own.
@@ -119,6 +125,9 @@ func (c *caller) send(ctx context.Context, method, path string, body []byte) Ans
 	}
 	var w wireAnswer
 	_ = json.Unmarshal(data, &w)
+	if resp.StatusCode == http.StatusOK {
+		handedOut.Add(w.Token)
+	}
 	return Answer{Status: resp.StatusCode, Code: w.Error, Message: w.Message, Token: w.Token, Outcome: w.Outcome}
 }
 

@@ -226,8 +226,9 @@ func (h *MCPHandler) deleteSession(ctx context.Context, r revocation.Revocation)
 	resp, err := c.Do(req)
 	if err != nil {
 		// The dial error stays in this log: the returned error reaches the pod's Event,
-		// which a tenant reads, and must not tell it what answers where.
-		log.Error(err, "Deleting the MCP session failed", "token", r.Token, "endpoint", target.Redacted())
+		// which a tenant reads, and must not tell it what answers where. The holder is
+		// named by its ID: its token is a bearer secret (docs/security.md, "Tokens").
+		log.Error(err, "Deleting the MCP session failed", "holder", r.HolderID, "endpoint", target.Redacted())
 		return fmt.Errorf("deleting MCP session at %s failed (details in the manager's log)", target.Redacted())
 	}
 	_ = resp.Body.Close()

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +25,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 )
 
 var cmpIgnoreAt = cmpopts.IgnoreFields(notify.Event{}, "At")
@@ -89,6 +92,9 @@ func (m *mcpServer) got() []string {
 	return append([]string(nil), m.requests...)
 }
 
+// mcpToken is the token of the revoked mcp holder.
+const mcpToken = "5f0c2a9e41b7d3686e2f90c1ab34d7e5"
+
 func TestMCPHandler(t *testing.T) {
 	pod := lease.PodRef{Namespace: "team-a", Name: "brain-0", UID: "uid-1"}
 	// srv is the configured MCP server, elsewhere a listener that only a payload names.
@@ -113,6 +119,8 @@ func TestMCPHandler(t *testing.T) {
 		// operatorList replaces the operator's allowlist (default: both servers and a closed port)
 		operatorList []string
 		notInErr     []string // must not appear in the error (it reaches the pod's Event)
+		// logged is a line the manager's log must have for the case.
+		logged string
 	}{
 		"endpoint the tenant's Secret names but the operator does not list: not contacted": {
 			payload: func(e, _ string) map[string]string {
@@ -127,6 +135,7 @@ func TestMCPHandler(t *testing.T) {
 			},
 			wantErr:  "details in the manager's log",
 			notInErr: []string{"refused", "dial"},
+			logged:   `"holder"="` + lease.HolderID(mcpToken) + `"`,
 		},
 		"DELETE with the session and the secret's bearer token": {
 			status: http.StatusNoContent,
@@ -225,9 +234,18 @@ func TestMCPHandler(t *testing.T) {
 				allowed = tc.operatorList
 			}
 			h := &handlers.MCPHandler{Secrets: secrets(srv.URL, elsewhere.URL), Allowed: allowed}
-			r := revocation.Revocation{Token: "tok", Type: "mcp", Reason: "pod", Pod: pod,
+			r := revocation.Revocation{Token: mcpToken, HolderID: lease.HolderID(mcpToken), Type: "mcp", Reason: "pod", Pod: pod,
 				Payload: tc.payload(srv.URL, elsewhere.URL), Site: revocation.SiteReaper}
-			err := h.OnRevoked(context.Background(), r)
+			log, logged := tokenscan.Logger()
+			err := h.OnRevoked(logr.NewContext(context.Background(), log), r)
+			// The token is a bearer secret: the log and the error (the pod's Event) name the
+			// holder by its ID (docs/security.md, "Tokens").
+			if hits := tokenscan.Text(logged()+fmt.Sprint(err), mcpToken); len(hits) > 0 {
+				t.Errorf("the log or the error carries the holder's token: %v", hits)
+			}
+			if tc.logged != "" && !strings.Contains(logged(), tc.logged) {
+				t.Errorf("log %q has no line with %s", logged(), tc.logged)
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("OnRevoked: %v", err)
