@@ -185,7 +185,7 @@ func newEnv(t *testing.T, defs []leaseDef, o envOpts) *env {
 	e.metrics = metrics.New(prometheus.NewRegistry())
 	e.svc = leasing.NewService(s, definition.NewResolver(nil, newMemSource(defs...)),
 		leasing.NewStaticTypes("tex", "mcp"), leasing.WithMetrics(e.metrics))
-	var h http.Handler = httpapi.NewHandler(e.svc, o.httpOpts...)
+	h := httpapi.NewHandler(e.svc, o.httpOpts...)
 	if o.log.GetSink() != nil {
 		api := h
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
