@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/vancetope/lease-operator/internal/definition"
@@ -321,41 +322,32 @@ func (s *Service) dispatch(ctx context.Context, reason string, holders []lease.H
 
 // sweepGate limits the lazy sweep to once per interval and resource, except when a holder
 // the last sweep saw has gone idle since; it keeps when that happens (the last sweep's next
-// expiry) for the waiters' safety timers.
+// expiry) for the waiters' safety timers. It remembers at most sweepGateSize resources, the
+// least recently used dropped first, with constant work per call: an acquisition names its
+// resource (an inline definition a new one each time), so a flood of names must cost a fixed
+// amount of memory and time. A resource dropped early is swept again sooner, no more.
 type sweepGate struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	next map[string]time.Time
+	mu   sync.Mutex // makes a look-up and its update one step
+	last *lru.Cache // resource → time.Time of the last sweep let through
+	next *lru.Cache // resource → time.Time when the next holder the last sweep saw goes idle
 }
 
-// maxSweepGateEntries is the size above which stale entries are pruned.
-const maxSweepGateEntries = 1024
+// sweepGateSize is how many resources a gate remembers.
+const sweepGateSize = 10000
 
 func newSweepGate() *sweepGate {
-	return &sweepGate{last: map[string]time.Time{}, next: map[string]time.Time{}}
+	return &sweepGate{last: lru.New(sweepGateSize), next: lru.New(sweepGateSize)}
 }
 
 func (g *sweepGate) allow(resource string, now time.Time, every time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t, ok := g.last[resource]
-	due, known := g.next[resource]
-	if ok && now.Sub(t) < every && (!known || now.Before(due)) {
+	t, ok := g.last.Get(resource)
+	due, known := g.next.Get(resource)
+	if ok && now.Sub(t.(time.Time)) < every && (!known || now.Before(due.(time.Time))) {
 		return false
 	}
-	if len(g.last) >= maxSweepGateEntries {
-		for r, t := range g.last {
-			if now.Sub(t) >= every {
-				delete(g.last, r)
-			}
-		}
-		for r, at := range g.next {
-			if _, kept := g.last[r]; !kept && now.After(at) {
-				delete(g.next, r)
-			}
-		}
-	}
-	g.last[resource] = now
+	g.last.Add(resource, now)
 	return true
 }
 
@@ -364,16 +356,19 @@ func (g *sweepGate) swept(resource string, now time.Time, d time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if d <= 0 {
-		delete(g.next, resource)
+		g.next.Remove(resource)
 		return
 	}
-	g.next[resource] = now.Add(d)
+	g.next.Add(resource, now.Add(d))
 }
 
 // nextExpiry is when the next holder of resource the last sweep saw goes idle.
 func (g *sweepGate) nextExpiry(resource string) (time.Time, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	at, ok := g.next[resource]
-	return at, ok
+	at, ok := g.next.Get(resource)
+	if !ok {
+		return time.Time{}, false
+	}
+	return at.(time.Time), true
 }
