@@ -69,16 +69,9 @@ func ReclaimRelayHandler(r Reclaimer, auth Authenticator, notOwed error, opts ..
 }
 
 func (h *reclaimRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if !postOnly(w, req) {
-		return
-	}
-	caller, body, ok := h.auth.Authenticate(w, req)
-	if !ok {
-		return
-	}
 	var in reclaimRequest
-	if fe := httpjson.DecodeBytes(body, &in); fe != nil {
-		writeInvalid(w, fe)
+	caller, ok := agentRequest(w, req, h.auth, &in)
+	if !ok {
 		return
 	}
 	if !lease.ValidHolderID(in.Waiter) {

@@ -133,16 +133,9 @@ func RelayHandler(store IdleStore, listener Listener, auth Authenticator, tenant
 }
 
 func (h *sweepRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !postOnly(w, r) {
-		return
-	}
-	pod, body, ok := h.auth.Authenticate(w, r)
-	if !ok {
-		return
-	}
 	var req relayRequest
-	if fe := httpjson.DecodeBytes(body, &req); fe != nil {
-		writeInvalid(w, fe)
+	pod, ok := agentRequest(w, r, h.auth, &req)
+	if !ok {
 		return
 	}
 	tenant, ok := h.tenants.TenantOf(pod.Namespace)
@@ -238,6 +231,24 @@ func RelayReaper(client *http.Client, managerURL, key string, local IdleStore) l
 const relayTimeout = 5 * time.Second
 
 // postOnly answers 405 for any method but POST and returns false.
+// agentRequest reads a relay's request: a POST that auth accepts, whose JSON body decodes
+// into dst. It returns the calling pod; otherwise it has answered (405, auth's 401, 403 or 503,
+// or 400 naming the field at fault) and returns false.
+func agentRequest(w http.ResponseWriter, r *http.Request, auth Authenticator, dst any) (lease.PodRef, bool) {
+	if !postOnly(w, r) {
+		return lease.PodRef{}, false
+	}
+	pod, body, ok := auth.Authenticate(w, r)
+	if !ok {
+		return lease.PodRef{}, false
+	}
+	if fe := httpjson.DecodeBytes(body, dst); fe != nil {
+		writeInvalid(w, fe)
+		return lease.PodRef{}, false
+	}
+	return pod, true
+}
+
 func postOnly(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
