@@ -230,7 +230,6 @@ func RelayReaper(client *http.Client, managerURL, key string, local IdleStore) l
 // relayTimeout bounds one relayed sweep asked of the manager.
 const relayTimeout = 5 * time.Second
 
-// postOnly answers 405 for any method but POST and returns false.
 // agentRequest reads a relay's request: a POST that auth accepts, whose JSON body decodes
 // into dst. It returns the calling pod; otherwise it has answered (405, auth's 401, 403 or 503,
 // or 400 naming the field at fault) and returns false.
@@ -249,6 +248,7 @@ func agentRequest(w http.ResponseWriter, r *http.Request, auth Authenticator, ds
 	return pod, true
 }
 
+// postOnly answers 405 for any method but POST and returns false.
 func postOnly(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
