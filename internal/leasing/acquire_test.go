@@ -347,12 +347,20 @@ func TestLazyIdleSweepHandsHoldersToTheListener(t *testing.T) {
 	if _, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v")); !errors.Is(err, lease.ErrBusy) {
 		t.Fatalf("acquire before the TTL = %v, want busy", err)
 	}
+	firstSweep := time.Now() // after it: the gate recorded that sweep at or before this
 	select {
 	case c := <-e.listener.calls:
 		t.Fatalf("listener called before the TTL: %+v", c)
 	default:
 	}
 	untilIdle(ctxT(t), t, e.store, stale.Token, time.Second) // on the server's clock
+	// The sweep gate lets the resource be swept again one interval after the first sweep, or
+	// once the holder that sweep saw goes idle on this process's clock, which lags the
+	// server's by that sweep's latency; the next attempt would sweep, but this one has no wait
+	// (seen once under load: busy 13 ms after the holder went idle on the server).
+	waitfor.Until(t, "a sweep interval since the first sweep", func() bool {
+		return time.Since(firstSweep) > leasing.DefaultSweepInterval
+	})
 
 	start := time.Now()
 	fresh, err := acquire(ctxT(t), e.svc, req("idle", "acme", "p", "v"))
