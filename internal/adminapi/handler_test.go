@@ -366,9 +366,9 @@ func TestSweep(t *testing.T) {
 	}{
 		{
 			name:       "round",
-			res:        sweeper.Result{Idle: 2, Pod: 1, Reconcile: leasestore.ReconcileResult{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
+			res:        sweeper.Result{Idle: 2, Pod: 1, Reconcile: leasestore.ReconcileResult{Corrected: 1, Deleted: 3, Repaired: 4, Skipped: 5}},
 			wantStatus: http.StatusOK,
-			want:       opsview.SweepView{Idle: 2, Pod: 1, Reconcile: opsview.ReconcileView{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
+			want:       opsview.SweepView{Idle: 2, Pod: 1, Reconcile: opsview.ReconcileView{Corrected: 1, Deleted: 3, Repaired: 4, Skipped: 5}},
 		},
 		{name: "empty object body", body: `{}`, wantStatus: http.StatusOK},
 		{
@@ -434,7 +434,7 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	careful := newFixture(t, newStoreAt(t, uri, db), secret) // default 60 s safety margin
 	// A negative margin puts the cutoff in the future: every drifting counter qualifies at
 	// once, without waiting out a margin; a lowering still needs a second sighting.
-	eager := newFixture(t, newStoreAt(t, uri, db, leasestore.WithSafetyMargin(-time.Hour), leasestore.WithReconcileConfirm(0)), secret)
+	eager := newFixture(t, newStoreAt(t, uri, db, leasestore.WithSafetyMargin(-time.Hour)), secret)
 
 	wide := caps(2, 2, 2, 2)
 	kept := mustAcquire(t, careful.store, request("acme", "u", podA, wide))

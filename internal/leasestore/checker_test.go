@@ -241,6 +241,25 @@ func (r *runner) fail(format string, args ...any) {
 	if r.violation == "" {
 		r.violation = fmt.Sprintf(format, args...)
 		r.logf("VIOLATION: %s", r.violation)
+		r.dump()
+	}
+}
+
+// dump adds the store's documents to the trace.
+func (r *runner) dump() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, coll := range []string{leasestore.CountersCollection, leasestore.HoldersCollection} {
+		cur, err := r.raw.Database(r.db).Collection(coll).Find(ctx, bson.D{})
+		if err != nil {
+			r.logf("    %s: %v", coll, err)
+			continue
+		}
+		var docs []bson.Raw
+		_ = cur.All(ctx, &docs)
+		for _, d := range docs {
+			r.logf("    %s: %s", coll, d.String())
+		}
 	}
 }
 
@@ -315,7 +334,7 @@ func (r *runner) interleave() {
 			r.setProc(i, func(p *procState) { p.done = true })
 		}()
 	}
-	for step := 0; r.violation == ""; step++ {
+	for step := 0; r.violation == ""; step = len(r.taken) {
 		if step > 400 {
 			r.fail("no end after 400 steps")
 			return
@@ -516,7 +535,7 @@ func (r *runner) call(s *leasestore.Store, o op) {
 		return
 	case opHeal:
 		for _, k := range r.keys() {
-			_, err = s.Heal(ctx, k)
+			_, err = s.Repair(ctx, k)
 		}
 		r.note(o, "", err)
 		return
@@ -696,7 +715,8 @@ func (r *runner) recover() {
 	}
 	r.mu.Unlock()
 	for _, tok := range mine {
-		_, _ = r.direct.Release(ctx, tok)
+		ok, err := r.direct.Release(ctx, tok)
+		r.logf("    recovery releases %s: %v %v", lease.HolderID(tok), ok, err)
 	}
 	from := r.lastFault
 	if from.IsZero() {
@@ -739,7 +759,7 @@ func (r *runner) probe(attempt int) string {
 		switch {
 		case errors.As(err, &busy):
 			for _, k := range r.keys() {
-				_, _ = r.direct.Heal(ctx, k)
+				_, _ = r.direct.Repair(ctx, k)
 			}
 			return busy.Error()
 		case err != nil:

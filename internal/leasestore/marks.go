@@ -86,10 +86,9 @@ func (s *Store) dropMarks() {
 	for len(ids) > 0 {
 		n := min(len(ids), marksPerDelete)
 		ctx, cancel := s.bound(context.WithValue(context.Background(), offPath{}, true))
-		_, err := s.holders.DeleteMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}},
-			{Key: "state", Value: stateReleased},
-		})
+		// Every entry of these holders is given back: whatever their state (released, or
+		// held by a lease released without a mark, mine.go), they go.
+		_, err := s.holders.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}}})
 		cancel()
 		if err != nil {
 			return // the store is away: the rest is the sweep's too (and a Close is not held up)

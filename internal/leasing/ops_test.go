@@ -224,7 +224,7 @@ func (c *lookCounter) Resume(ctx context.Context, req leasestore.AcquireRequest,
 
 // TestWaitingCosts counts the commands of a waiting acquisition against the real store.
 // While the level stays full, each safety look costs two writes (the waiter's renewal and
-// one try of the level); the sweep and the heal of the level only read, at most once per
+// one try of the level); the sweep and the repair of the level only read, at most once per
 // sweep interval. A release hands the slot to the waiter, which is answered at once, not at
 // its next look: the contended grant is three round trips, the release's mark, the fence of
 // the grant (docs/fencing.md) and the hand-over, which completes the waiter's acquisition at

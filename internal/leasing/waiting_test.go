@@ -519,7 +519,7 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 // to a waiter of another, and the hand-over completes that waiter's acquisition (the level is
 // its last): the waiter's process learns it from the event and answers without a write of its
 // own (before, it took the slot with one). Reads are not counted: the waiter's first look
-// sweeps and heals the level in the background.
+// sweeps and repairs the level in the background.
 func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 	var mu sync.Mutex
 	var cmds []string

@@ -244,8 +244,10 @@ type Reconcile struct {
 type ReconcileResult struct {
 	Corrected int64 `json:"corrected"`
 	Deleted   int64 `json:"deleted"`
-	Created   int64 `json:"created"`
 	Skipped   int64 `json:"skipped"`
+	// repaired: entries removed because the holder they name was gone (docs/design.md,
+	// "Bookings"); corrected counts the counters they were removed from.
+	Repaired int64 `json:"repaired,omitempty"`
 	// unmarked: holders whose borrowed mark was dropped, their tenant being back within its
 	// cap (docs/borrowing.md, "The mark").
 	Unmarked int64 `json:"unmarked,omitempty"`
