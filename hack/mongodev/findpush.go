@@ -43,14 +43,14 @@ const maxIndexedReply = 8 << 20
 
 // fieldFind is a find the proxy can answer through an index.
 type fieldFind struct {
-	db, coll     string
-	field  string   // the indexed field
-	values []string // its value, or the values of an $in of strings
-	filter bson.D   // the rest of the filter, each condition plain
-	sortKey      string // "" for none
-	sortDir      int
-	limit        int
-	project      projection
+	db, coll string
+	field    string   // the indexed field
+	values   []string // its value, or the values of an $in of strings
+	filter   bson.D   // the rest of the filter, each condition plain
+	sortKey  string   // "" for none
+	sortDir  int
+	limit    int
+	project  projection
 }
 
 // projection is a find's projection of top-level fields: the fields kept (include) or
