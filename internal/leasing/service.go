@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -142,6 +141,7 @@ type config struct {
 	reclaimRelay   ReclaimRelay
 	tokenCacheSize int
 	maxLabels      int
+	storeTimeout   time.Duration
 	random         func() float64
 }
 
@@ -214,6 +214,12 @@ func WithSweepInterval(d time.Duration) Option {
 	return func(c *config) { c.sweepInterval = d }
 }
 
+// WithStoreTimeout tells the service the store's operation timeout (leasestore.WithOpTimeout;
+// default leasestore.DefaultOpTimeout): a store call left unanswered for longer than that is
+// an outage, where a call that is only late when a waiter's deadline comes is the store's load
+// (docs/waiting.md, "Deadlines and outages").
+func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
+
 // WithTokenCacheSize bounds the token→resource map used for metric labels.
 func WithTokenCacheSize(n int) Option { return func(c *config) { c.tokenCacheSize = n } }
 
@@ -240,9 +246,9 @@ type Service struct {
 	dispatching sync.WaitGroup
 	// background runs the store calls a wait does not wait for (wait.go).
 	background sync.WaitGroup
-	// lastAnswer is when the store last answered a call of this process (unix ns, the
-	// service's clock): evidence that it is up (wait.go).
-	lastAnswer atomic.Int64
+	// watch records the answers and failures of an acquisition's store calls: evidence of an
+	// outage (outage.go).
+	watch *storeWatch
 }
 
 // NewService builds the admission service over its required collaborators; the revocation
@@ -254,6 +260,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Opti
 		sweepInterval:  DefaultSweepInterval,
 		tokenCacheSize: DefaultTokenCacheSize,
 		maxLabels:      DefaultMaxResourceLabels,
+		storeTimeout:   leasestore.DefaultOpTimeout,
 		random:         rand.Float64,
 	}
 	for _, o := range opts {
@@ -285,6 +292,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Opti
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   newSweepGate(),
 		repairs:  newSweepGate(),
+		watch:    newStoreWatch(),
 	}
 }
 

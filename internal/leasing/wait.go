@@ -95,14 +95,14 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 
 	// The first attempt is bounded by ctx and the store's own timeout, not by the wait: an
 	// acquisition that may not wait still gets its one attempt.
+	began := s.clk.Now()
+	id := s.watch.begin(began)
 	h, err := s.store.Acquire(ctx, req)
+	s.watch.end(id, s.clk.Now(), err, ctx.Err() != nil)
 	if queued != nil {
 		queued()
 	}
 	var waiting *leasestore.WaitingError
-	if err == nil || errors.As(err, &waiting) || errors.Is(err, lease.ErrBusy) {
-		s.answered()
-	}
 	switch {
 	case err == nil:
 		return h, nil
@@ -122,7 +122,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		asked := s.clk.Now()
 		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req) }, nil)
 		if !done {
-			return lease.Holder{}, s.cut(ctx, op, asked, busy)
+			return lease.Holder{}, s.cut(ctx, op, began, asked, busy)
 		}
 		retry := swept > 0
 		if !retry {
@@ -148,7 +148,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 				done = true
 			}
 			if !done {
-				return lease.Holder{}, s.cut(ctx, op, asked, busy)
+				return lease.Holder{}, s.cut(ctx, op, began, asked, busy)
 			}
 			if busy, err = s.outcome(op, err); err != nil || busy == nil {
 				return h, err
@@ -220,7 +220,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			return s.store.Resume(cctx, req, key, look)
 		})
 		if !done {
-			return lease.Holder{}, s.cut(ctx, op, asked, busy)
+			return lease.Holder{}, s.cut(ctx, op, began, asked, busy)
 		}
 		switch {
 		case err == nil:
@@ -411,11 +411,9 @@ func (s *Service) call(ctx context.Context, deadline time.Time, token string, f 
 		err error
 	}
 	r, done := within(ctx, s, true, deadline, func(cctx context.Context) result {
+		id := s.watch.begin(s.clk.Now())
 		h, err := f(cctx)
-		var w *leasestore.WaitingError
-		if err == nil || errors.As(err, &w) || errors.Is(err, leasestore.ErrNotWaiting) || errors.Is(err, lease.ErrBusy) {
-			s.answered()
-		}
+		s.watch.end(id, s.clk.Now(), err, false)
 		return result{h, err}
 	}, func(cctx context.Context, _ result) { _ = s.store.Withdraw(cctx, token) })
 	return r.h, done, r.err
@@ -466,16 +464,18 @@ func within[T any](ctx context.Context, s *Service, bounded bool, deadline time.
 	return v, false
 }
 
-// cut is the answer of an acquisition whose store call the deadline or the caller overtook:
-// busy with the last diagnosis, unless the store has answered nothing in this process since
-// the call was asked (then it is the outage; docs/waiting.md, "Deadlines and outages").
-func (s *Service) cut(ctx context.Context, op string, asked time.Time, busy *lease.BusyError) error {
+// cut is the answer of an acquisition whose store call, asked at asked, the deadline or the
+// caller overtook in the round that began at began: busy with the last diagnosis, unless the
+// store failed a call of this process during the round or left one unanswered for longer
+// than its operation timeout (then it is the outage; storeSeen.outage, docs/waiting.md,
+// "Deadlines and outages"). A call that is only late is the store's load, not an outage.
+func (s *Service) cut(ctx context.Context, op string, began, asked time.Time, busy *lease.BusyError) error {
 	if ctx.Err() != nil {
 		busy.Err = ctx.Err()
 		return busy
 	}
-	if !s.answeredSince(asked) {
-		return storeError(op, "lease", errors.New("the store did not answer during the wait"))
+	if err := s.watch.snapshot().outage(began, asked, s.clk.Now(), s.cfg.storeTimeout); err != nil {
+		return storeError(op, "lease", err)
 	}
 	return busy
 }
@@ -504,12 +504,6 @@ func (s *Service) explain(ctx context.Context, busy *lease.BusyError, token stri
 	busy.Explained, busy.Position = true, r.ahead
 	busy.EstimatedWait = lease.EstimateWait(r.ahead, busy.Cap, r.holds)
 }
-
-// answered records that the store answered a call of this process just now.
-func (s *Service) answered() { s.lastAnswer.Store(s.clk.Now().UnixNano()) }
-
-// answeredSince reports whether the store answered a call of this process at or after t.
-func (s *Service) answeredSince(t time.Time) bool { return s.lastAnswer.Load() >= t.UnixNano() }
 
 // withdraw takes the waiting holder out of the line on its own goroutine (the answer does
 // not wait for it): what it booked goes to the next waiter.

@@ -223,6 +223,9 @@ func uncontended(b *testing.B, base string) time.Duration {
 // waitMs=100 is the short-wait workload of issue 18: the same holders in three tenants
 // (holder i in tenant i mod 3) sharing the global cap, each waiting at most 100 ms; its
 // figure is how many answers were 503 LEASE_UNAVAILABLE while the store was up (0 wanted).
+// The store is up throughout, only loaded (more so beside a CPU hog): every 503 is a false
+// one, and false503/op is their share of the answers (issue 41 saw 0.07 on an idle machine
+// and 0.42 beside another build; docs/waiting.md, "Deadlines and outages").
 func BenchmarkPeerWorkload(b *testing.B) {
 	const holders, capacity, run = 24, 6, 10 * time.Second
 	for _, tc := range []struct {
@@ -275,8 +278,7 @@ func BenchmarkPeerWorkload(b *testing.B) {
 						if tok == "" {
 							mu.Lock()
 							if code == http.StatusServiceUnavailable {
-								// A look the store did not answer before the deadline fails
-								// closed (docs/waiting.md): counted, not a benchmark failure.
+								// A false 503: counted (false503/op), not a benchmark failure.
 								unavailable++
 							} else {
 								busy++
@@ -329,6 +331,7 @@ func BenchmarkPeerWorkload(b *testing.B) {
 			b.ReportMetric(ms(pct(rels, 0.5)), "release-p50-ms")
 			b.ReportMetric(ms(pct(rels, 0.99)), "release-p99-ms")
 			b.ReportMetric(float64(unavailable), "unavailable")
+			b.ReportMetric(float64(unavailable)/float64(max(ok+busy+unavailable, 1)), "false503/op")
 			b.ReportMetric(ms(solo), "uncontended-acquire-ms")
 			b.ReportMetric(float64(reads)/float64(ok), "reads/acquire")
 			b.ReportMetric(float64(writes)/float64(ok), "writes/acquire")

@@ -440,7 +440,12 @@ func (c *cutter) cutNow() {
 
 // TestStoreDownWhileWaitingIsUnavailable: the store stops answering once the waiter is
 // blocked. It answers LEASE_UNAVAILABLE, never LEASE_BUSY: with a deadline beyond its safety
-// timer and with one before it.
+// timer and with one before it. The waiter's look (when the notifier, its connection broken,
+// wakes the waiters a second later, or at the safety timer, or at three quarters of a wait
+// shorter than that) fails when the store gives up on it, within its timeout of 300 ms. That
+// must come before the deadline: a deadline that overtakes a call the store has not failed
+// yet cannot tell the outage from a slow store, and answers busy (docs/waiting.md, "Deadlines
+// and outages"). So the wait before the safety timer is 3 s (it was 600 ms), the timer 5 s.
 func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 	uri, err := mongotest.URI()
 	if err != nil {
@@ -450,12 +455,19 @@ func TestStoreDownWhileWaitingIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, waitMs := range map[string]int32{"deadline after the safety timer": 5000, "deadline before it": 600} {
+	for name, tc := range map[string]struct {
+		waitMs int32
+		safety time.Duration
+	}{
+		"deadline after the safety timer": {waitMs: 5000},
+		"deadline before it":              {waitMs: 3000, safety: 5 * time.Second},
+	} {
 		t.Run(name, func(t *testing.T) {
 			c := newCutter(t, u.Host)
 			ps := newProcessesAt(t, c.uri(), mongotest.DatabaseName(t), 1,
-				[]leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: waitMs}},
-				processOpts{storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)}})
+				[]leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: tc.waitMs}},
+				processOpts{safety: tc.safety, storeOpts: []leasestore.Option{leasestore.WithOpTimeout(300 * time.Millisecond)},
+					svcOpts: func(int) []leasing.Option { return []leasing.Option{leasing.WithStoreTimeout(300 * time.Millisecond)} }})
 			p := ps[0]
 			mustAcquire(t, p.svc, podReq("x", 0))
 			errc := make(chan error, 1)

@@ -349,11 +349,12 @@ func HoldingOverlaps(entries []Entry, caps map[string]int) []Overlap {
 
 // FalseUnavailable returns the calls answered 503 LEASE_UNAVAILABLE while the store answered
 // the same process: no store stop overlapped the call, and a call of the same process that
-// needed the store (answered 200 or 410) was made and answered within it. That is the service's
-// own rule turned around: it answers 503 only when the store answered none of its calls since
-// the call was asked. A 503 during a stall of the development store as a whole (every process
-// unanswered for longer than a cut deadline, no stop injected) is not counted: the service could
-// not tell it from an outage either.
+// needed the store (answered 200 or 410) was made and answered within it. The service's own
+// rule is stricter: it answers 503 only after a store call of the process failed with no
+// answer since, or went unanswered for longer than the store's timeout (docs/waiting.md,
+// "Deadlines and outages"). A 503 during a stall of the development store as a whole (every
+// process unanswered for longer than a cut deadline, no stop injected) is not counted: the
+// check cannot tell it from an outage.
 func FalseUnavailable(entries []Entry, faults []Fault) []Entry {
 	var out []Entry
 	for _, e := range entries {
