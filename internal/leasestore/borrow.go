@@ -142,15 +142,15 @@ func (b *funnelRun) unborrow(ctx context.Context, ti int) (again, kept bool, err
 // giveBackBorrowed gives back the slot a released holder pid borrowed at key: to the first
 // live waiter of the tenant's line, which takes the mark with it (its tenant is still above
 // its cap by that slot), or removed.
-func (s *Store) giveBackBorrowed(ctx context.Context, key, pid string, borrowCap int) error {
+func (s *Store) giveBackBorrowed(ctx context.Context, key, pid string, borrowCap int) (given int, err error) {
 	r, _, _ := strings.Cut(key, "|")
 	rest, err := s.handOverOf(ctx, r, []string{key}, pid, holdSample{},
 		bson.D{{Key: "borrowKey", Value: key}, {Key: "borrowCap", Value: borrowCap}})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = s.unbook(ctx, rest, pid, false)
-	return err
+	n, err := s.unbook(ctx, rest, pid, false)
+	return 1 - len(rest) + n, err
 }
 
 // markedHolder is a held holder marked borrowed, as a read of the holders saw it.

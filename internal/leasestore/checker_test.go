@@ -372,7 +372,10 @@ func (r *runner) interleave() {
 			r.setProc(cmd.Proc, func(p *procState) { p.frozen = true })
 		}
 		r.sched.Run(cmd, fate)
-		if fate != wiresched.Deliver || freezeAfter {
+		if cmd.Broken() {
+			r.logf("    (its process had given up on it: delivered late)")
+		}
+		if fate != wiresched.Deliver || freezeAfter || cmd.Broken() {
 			r.lastFault = time.Now()
 			if freezeAfter {
 				r.logf("    p%d crashed", cmd.Proc)
@@ -903,7 +906,7 @@ func checkerRuns(short int) int {
 func TestInterleavingsKeepTheCap(t *testing.T) {
 	c := newChecker(t)
 	sc := claimMeetsHandOver()
-	o, n := c.explore(sc, 1, checkerRuns(150))
+	o, n := c.explore(sc, 1, checkerRuns(60))
 	if o.violation != "" {
 		t.Fatalf("after %d schedules: %s", n, c.report(sc, o))
 	}
@@ -923,7 +926,7 @@ func TestDeadWaiterRecoversWithinTheBound(t *testing.T) {
 
 func TestRandomInterleavingsWithFaults(t *testing.T) {
 	c := newChecker(t)
-	runs := checkerRuns(30)
+	runs := checkerRuns(20)
 	for i := range runs {
 		seed := uint64(1000 + i)
 		sc := randomScenario(rand.New(rand.NewPCG(seed, 7)))

@@ -95,14 +95,14 @@ func (s *Store) Release(ctx context.Context, token string) (released bool, err e
 // whatever the caller's context (bounded by the operation timeout): a write cut mid-flight may
 // still apply, and its slots must come back. gone is called with the holder once it is
 // released, before its give-back (the handed-over cache forgets it).
-func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(holderDoc)) (lease.Holder, bool, error) {
+func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(holderDoc)) (h lease.Holder, ok bool, err error) {
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	if !slices.ContainsFunc(filter, func(e bson.E) bool { return e.Key == "state" }) {
 		filter = append(slices.Clip(filter), notReleased)
 	}
 	var doc holderDoc
-	err := s.holders.FindOneAndUpdate(ctx, filter, bson.D{
+	err = s.holders.FindOneAndUpdate(ctx, filter, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: stateReleased}, {Key: "ttlSeconds", Value: (s.cfg.opTimeout + markMargin).Seconds()}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 	}).Decode(&doc)
@@ -112,6 +112,7 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(hold
 	case err != nil:
 		return lease.Holder{}, false, unavailable("releasing holder", err)
 	}
+	ok = true
 	s.takeHanded(lease.HolderID(doc.ID))
 	s.forget(doc.ID)
 	if gone != nil {
@@ -120,22 +121,28 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(hold
 	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("releasing holder "+lease.HolderID(doc.ID), err)
 	}
-	if err := s.giveBackAll(ctx, doc); err != nil {
+	given, err := s.giveBackAll(ctx, doc)
+	if err != nil {
 		return doc.holder(), true, err
+	}
+	if given == 0 && doc.State == string(lease.StateHeld) && len(doc.booked()) > 0 {
+		// A held lease whose every entry was given back already: its owner released it
+		// without a mark (mine.go), and reports it; this path deletes what is left.
+		ok = false
 	}
 	if !s.dropMark(doc.ID) {
 		if err := s.deleteMark(ctx, doc.ID); err != nil {
-			return doc.holder(), true, err
+			return doc.holder(), ok, err
 		}
 	}
-	return doc.holder(), true, nil
+	return doc.holder(), ok, nil
 }
 
 // giveBackAll gives back every entry the released holder doc may have: at its levels, a slot
 // handed to it, and, unless it was held (then its levels are exactly its entries), every
 // other counter of its funnel. A borrowed slot goes last, so that its line's waiter goes on
 // to the slots given back first.
-func (s *Store) giveBackAll(ctx context.Context, doc holderDoc) error {
+func (s *Store) giveBackAll(ctx context.Context, doc holderDoc) (given int, err error) {
 	pid := doc.PID
 	if pid == "" {
 		pid = lease.HolderID(doc.ID)
@@ -149,13 +156,12 @@ func (s *Store) giveBackAll(ctx context.Context, doc holderDoc) error {
 	if borrowed {
 		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == doc.BorrowKey })
 	}
-	if err := s.giveBack(ctx, keys, pid, holdOf(doc), exact); err != nil {
-		return err
+	given, _, err = s.giveBackN(ctx, keys, pid, holdOf(doc), exact)
+	if err != nil || !borrowed {
+		return given, err
 	}
-	if borrowed {
-		return s.giveBackBorrowed(ctx, doc.BorrowKey, pid, doc.BorrowCap)
-	}
-	return nil
+	n, err := s.giveBackBorrowed(ctx, doc.BorrowKey, pid, doc.BorrowCap)
+	return given + n, err
 }
 
 // markMargin is how long a released holder outlives the operation timeout that bounds its
@@ -169,8 +175,8 @@ var notReleased = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: stateRe
 var liveLease = bson.E{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{string(lease.StateWaiting), stateReleased}}}}
 
 // ReapIdle deletes the holders of resource ("" for all) whose lastSeenAt + TTL lies before
-// the server's now, decrementing their counters, and returns them so that a dispatcher can
-// run their handlers; on an error, those deleted so far (the one whose decrement failed
+// the server's now, giving back their entries, and returns them so that a dispatcher can
+// run their handlers; on an error, those released so far (the one whose give-back failed
 // included). Each delete is a compare-and-delete on the lastSeenAt it read, so a
 // touch in between makes it miss.
 func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
@@ -184,7 +190,7 @@ type IdleSweep struct {
 	Reaped []lease.Holder
 	// NextExpiry is how long after the sweep's read the first holder it left in place goes
 	// idle (as a touch would leave it); 0 when it left none. A waiter on a full level looks
-	// again then at the latest (docs/waiting.md, "Safety timer").
+	// again then at the latest (docs/waiting.md, "The safety look").
 	NextExpiry time.Duration
 }
 
@@ -316,8 +322,8 @@ func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, e
 	var out []lease.Holder
 	for _, d := range docs {
 		h, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: d.ID}}, nil)
-		// Deleted is revoked, even when giving its slots back failed (they are healed); a
-		// waiter of the pod was no lease.
+		// Released is revoked, even when giving its slots back failed (the sweep does it
+		// again); a waiter of the pod was no lease.
 		if ok && h.State != lease.StateWaiting {
 			out = append(out, h)
 		}

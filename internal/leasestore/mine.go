@@ -50,26 +50,44 @@ func (s *Store) forget(token string) { s.mine.Remove(token) }
 
 // releaseMine releases a lease this store answered held, without its mark. ok is false when
 // the store keeps nothing of token; released reports whether this release gave back any of
-// its entries (false: a reap or revocation had given them back already).
+// its entries (false: a reap or revocation had given them back already; a release by mark
+// reports a held holder as released only when it gave back an entry too, so that of the two
+// one reports, but for one whose entries at several levels both split between them).
 func (s *Store) releaseMine(ctx context.Context, token string) (released, ok bool, err error) {
-	v, ok := s.mine.Get(token)
+	l, ok := s.takeMine(token)
 	if !ok {
 		return false, false, nil
 	}
-	s.mine.Remove(token)
-	l := v.(myLease)
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
+	if err := s.fault(StepHolderReleased, token); err != nil {
+		// The holder stays, HELD: its TTL ends it, and its reap gives back what it has.
+		return false, true, unavailable("releasing holder "+l.pid, err)
+	}
 	hold := holdSample{ms: max(time.Since(l.at).Milliseconds(), 1), slot: l.fence % holdSlots}
 	n, handed, err := s.giveBackCounted(ctx, l.keys, l.pid, hold)
 	if err != nil {
 		// The holder stays, HELD: its TTL ends it, and its reap gives back what is left.
 		return false, true, err
 	}
-	if handed == 0 || !s.dropMark(token) {
-		if _, err := s.holders.DeleteOne(ctx, bson.D{{Key: "_id", Value: token}}); err != nil {
+	if handed == 0 || !s.dropHeld(token) {
+		// Unless another path marked it meanwhile (then it deletes it after its give-back).
+		if _, err := s.holders.DeleteOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateHeld)}}); err != nil {
 			return n > 0, true, unavailable("deleting released holder "+l.pid, err)
 		}
 	}
 	return n > 0, true, nil
+}
+
+// takeMine returns and forgets what is kept of token, atomically: of two releases of one
+// lease in this store, one takes it.
+func (s *Store) takeMine(token string) (myLease, bool) {
+	s.mineMu.Lock()
+	defer s.mineMu.Unlock()
+	v, ok := s.mine.Get(token)
+	if !ok {
+		return myLease{}, false
+	}
+	s.mine.Remove(token)
+	return v.(myLease), true
 }

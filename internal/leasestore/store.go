@@ -47,7 +47,8 @@ const (
 	// StepLevelPushed: after a key was pushed to the holder, before the next level.
 	StepLevelPushed Step = "level-pushed"
 	// StepHolderReleased: after a holder was marked released (release, rollback, reap,
-	// revoke, a waiter leaving), before its slots are given back and the mark is deleted.
+	// revocation, a waiter leaving), or a lease this store answered was taken for its release
+	// without a mark (mine.go), before its entries are given back and the holder deleted.
 	StepHolderReleased Step = "holder-released"
 	// StepQueued: after a holder entered a full level's line, before it tries the level
 	// once more.
@@ -116,7 +117,7 @@ func WithCommandObserver(f func(command string)) Option {
 }
 
 // WithOffPathObserver calls f with the name of every command the store sends with no caller
-// waiting for it (the batched deletes of release marks, marks.go), which WithCommandObserver
+// waiting for it (the batched deletes of released holders, marks.go), which WithCommandObserver
 // leaves out; the benchmarks count both.
 func WithOffPathObserver(f func(command string)) Option {
 	return func(c *config) { c.observeOffPath = f }
@@ -153,13 +154,15 @@ type Store struct {
 	holds holdCache
 	// lined: when this store last saw a counter key with waiters (giveBack's hint).
 	lined map[string]time.Time
-	// marks deletes release marks off the callers' path (marks.go).
+	// marks deletes released holders off the callers' path (marks.go).
 	marks *markDropper
 	// handed keeps the holders this store's hand-overs completed for its own waiters, until
 	// the waiter takes its answer (wait.go).
 	handed handedHolders
-	// mine keeps the leases this store answered held, for their release (mine.go).
-	mine *lru.Cache
+	// mine keeps the leases this store answered held, for their release (mine.go); mineMu
+	// makes taking one atomic.
+	mine   *lru.Cache
+	mineMu sync.Mutex
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the

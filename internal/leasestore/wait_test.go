@@ -257,8 +257,11 @@ func TestEveryCrashWindowRecoversWithinTheBound(t *testing.T) {
 				},
 				func() { _, _ = faulty.Resume(ctx, withWait(waiter("cid"), cid), "", true) }, // cid claims
 				func() { _, _ = faulty.Release(ctx, bob) },                                   // to dan
-				func() { // dan leaves the line: a release of a holder that books nothing yet
-					_, _ = faulty.Release(ctx, cid)
+				func() { _, _ = faulty.Release(ctx, cid) },                                   // a release of this process's own lease: no mark
+				func() { // a release of another process's lease: marked released first
+					if h, err := healer.Acquire(ctx, req("gil")); err == nil {
+						_, _ = faulty.Release(ctx, h.Token)
+					}
 				},
 			}
 			for _, op := range scenario {

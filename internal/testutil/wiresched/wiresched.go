@@ -58,7 +58,14 @@ type Command struct {
 	req  []byte
 	fate chan Fate
 	done chan struct{}
+	// broken: the process's side of the connection was gone when the command was delivered
+	// (its driver gave up waiting): the write reached the server, the answer nobody.
+	broken bool
 }
+
+// Broken reports whether the command's process had given up on it when it was delivered:
+// a write delivered late, as a network that delays would (a fault of its own).
+func (c *Command) Broken() bool { return c.broken }
 
 func (c *Command) String() string {
 	return fmt.Sprintf("p%d #%d %s %s %s", c.Proc, c.Seq, c.Name, c.Target, c.Doc)
@@ -268,6 +275,7 @@ func (s *Scheduler) serve(proc int, client net.Conn) {
 			return
 		}
 		ok := exchange(client, backend, br, req)
+		c.broken = !ok
 		close(c.done)
 		if !ok {
 			return
