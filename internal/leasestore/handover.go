@@ -77,9 +77,13 @@ func (s *Store) giveBackN(ctx context.Context, keys []string, pid string, hold h
 			return given, handed, unavailable(fmt.Sprintf("giving back %v", cold), err)
 		}
 		if !exact || n < len(cold) {
-			kept, err := s.bookedBy(ctx, cold, pid)
-			if err != nil {
-				return given, handed, err
+			// The entries the removal kept are at lined counters: when it kept all of a held
+			// holder's (one level, or a line at every one), they are known without a read.
+			kept := cold
+			if !exact || n > 0 {
+				if kept, err = s.bookedBy(ctx, cold, pid); err != nil {
+					return given, handed, err
+				}
 			}
 			for _, k := range kept {
 				s.sawLined(k)
