@@ -17,9 +17,6 @@ import (
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // crashAt returns a fault hook that fails (with err) the first time step is reached for a
@@ -209,20 +206,6 @@ func TestReconcileRemovesOnlyEntriesOfGoneHolders(t *testing.T) {
 	}
 	if _, err := clean.GetHolder(ctx, h.Token); err != nil {
 		t.Error(err)
-	}
-}
-
-// deleteCounter removes a counter behind the store's back, as a lost document.
-func deleteCounter(t *testing.T, uri, db, key string) {
-	t.Helper()
-	c, err := mongo.Connect(options.Client().ApplyURI(uri))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Disconnect(context.Background()) }()
-	r, err := c.Database(db).Collection(leasestore.CountersCollection).DeleteOne(context.Background(), bson.D{{Key: "_id", Value: key}})
-	if err != nil || r.DeletedCount != 1 {
-		t.Fatalf("deleting counter %s: %v, %+v", key, err, r)
 	}
 }
 
