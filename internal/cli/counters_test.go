@@ -14,16 +14,6 @@ import (
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
-// crashAt returns a fault hook that simulates a crash at step.
-func crashAt(step leasestore.Step) leasestore.FaultFunc {
-	return func(s leasestore.Step, _ string) error {
-		if s == step {
-			return leasestore.ErrCrash
-		}
-		return nil
-	}
-}
-
 // goneID is the public ID of a holder that no longer exists, whose entries driftSetup writes.
 const goneID = "lh-00000000000000000000dead"
 

@@ -344,7 +344,7 @@ func (r *runner) interleave() {
 			if finished {
 				return
 			}
-			time.Sleep(5 * time.Millisecond) // a process sleeps
+			time.Sleep(5 * time.Millisecond) // real time: a process of the scenario sleeps (opSleep), nothing is held
 			continue
 		}
 		d := r.decide(len(held))
@@ -460,7 +460,7 @@ func (r *runner) settle() (held []*wiresched.Command, finished bool) {
 		r.mu.Unlock()
 		if quiet {
 			// A store's own goroutine may be about to send (a release mark's delete).
-			time.Sleep(300 * time.Microsecond)
+			time.Sleep(300 * time.Microsecond) // real time: a store's own goroutine may be about to send (no event says it will not)
 			if len(r.sched.Pending()) == len(pending) {
 				return held, finished && len(held) == 0
 			}
@@ -470,7 +470,7 @@ func (r *runner) settle() (held []*wiresched.Command, finished bool) {
 			r.fail("a process neither sends nor ends")
 			return nil, true
 		}
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(100 * time.Microsecond) // real time: polling processes between two commands (bounded by the deadline)
 	}
 }
 
@@ -503,7 +503,7 @@ func (r *runner) call(s *leasestore.Store, o op) {
 	var h lease.Holder
 	switch o.kind {
 	case opSleep:
-		time.Sleep(o.d)
+		time.Sleep(o.d) // real time: the scenario's pause, measured against the holders' real TTL
 		return
 	case opAcquire:
 		h, err = s.Acquire(ctx, r.request(o.who))
@@ -740,7 +740,7 @@ func (r *runner) recover() {
 			r.fail("%s: not served in full %v after the last fault (bound %v)", busy, time.Since(from).Round(10*time.Millisecond), deadline.Sub(from))
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real time: recovery is measured against the real TTL and operation timeout
 	}
 }
 

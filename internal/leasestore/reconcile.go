@@ -359,20 +359,6 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 	return out, nil
 }
 
-// splitKey parses <resource>|<level>|<scope>. The resource may itself contain '|' only if
-// a caller chose so; the level and scope are the last two fields.
-func splitKey(key string) (resource string, level lease.Level, scope string, ok bool) {
-	i := strings.LastIndex(key, "|")
-	if i < 0 {
-		return "", "", "", false
-	}
-	j := strings.LastIndex(key[:i], "|")
-	if j < 0 {
-		return "", "", "", false
-	}
-	return key[:j], lease.Level(key[j+1 : i]), key[i+1:], true
-}
-
 func cutPod(pod string) (namespace, name string, ok bool) {
 	namespace, name, ok = strings.Cut(pod, "/")
 	if !ok {

@@ -198,7 +198,7 @@ func (s *Scheduler) Replay(c *Command) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Write(c.req); err != nil {
 		return err
@@ -221,7 +221,7 @@ func (s *Scheduler) track(c net.Conn) bool {
 
 // serve carries one client connection of process proc.
 func (s *Scheduler) serve(proc int, client net.Conn) {
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	if !s.track(client) {
 		return
 	}
@@ -229,7 +229,7 @@ func (s *Scheduler) serve(proc int, client net.Conn) {
 	if err != nil {
 		return
 	}
-	defer backend.Close()
+	defer func() { _ = backend.Close() }()
 	if !s.track(backend) {
 		return
 	}
