@@ -40,12 +40,6 @@ func (s *Store) giveBack(ctx context.Context, keys []string, pid string, hold ho
 	return err
 }
 
-// giveBackCounted is giveBack of a held holder's entries, saying how many entries it gave
-// back and how many of them it handed over.
-func (s *Store) giveBackCounted(ctx context.Context, keys []string, pid string, hold holdSample) (given, handed int, err error) {
-	return s.giveBackN(ctx, keys, pid, hold, true)
-}
-
 func (s *Store) giveBackN(ctx context.Context, keys []string, pid string, hold holdSample, exact bool) (given, handed int, err error) {
 	if len(keys) == 0 {
 		return 0, 0, nil

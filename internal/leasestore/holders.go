@@ -73,9 +73,6 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 // idempotent and safe against a concurrent reap; released is false when the holder was
 // already gone.
 func (s *Store) Release(ctx context.Context, token string) (released bool, err error) {
-	if released, mine, err := s.releaseMine(ctx, token); mine {
-		return released, err
-	}
 	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil)
 	return ok, err
 }
@@ -114,21 +111,15 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(hold
 	}
 	ok = true
 	s.takeHanded(lease.HolderID(doc.ID))
-	s.forget(doc.ID)
 	if gone != nil {
 		gone(doc)
 	}
 	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("releasing holder "+lease.HolderID(doc.ID), err)
 	}
-	given, err := s.giveBackAll(ctx, doc)
+	_, err = s.giveBackAll(ctx, doc)
 	if err != nil {
 		return doc.holder(), true, err
-	}
-	if given == 0 && doc.State == string(lease.StateHeld) && len(doc.booked()) > 0 {
-		// A held lease whose every entry was given back already: its owner released it
-		// without a mark (mine.go), and reports it; this path deletes what is left.
-		ok = false
 	}
 	if !s.dropMark(doc.ID) {
 		if err := s.deleteMark(ctx, doc.ID); err != nil {

@@ -9,8 +9,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// A released holder (releaseHolder, or a lease released without a mark after a hand-over,
-// mine.go) has done its work once its entries are given back; deleting its document is no
+// A released holder (releaseHolder) has done its work once its entries are given back; deleting its document is no
 // part of the answer. So each store deletes them off the callers' path, on one goroutine, in
 // batches: while one delete is in flight the holders released meanwhile gather for the next.
 // The deletes cost well under one round trip per release under load. A released holder whose
@@ -18,12 +17,8 @@ import (
 // give-back again after the operation timeout (and markMargin), which finds nothing left,
 // and deletes it.
 type markDropper struct {
-	mu sync.Mutex
-	// pending are released holders (state RELEASED); held are leases released without a
-	// mark (mine.go), still HELD: each list is deleted on that condition, so that a
-	// document another path marked meanwhile is left to that path.
+	mu      sync.Mutex
 	pending []string
-	held    []string
 	once    sync.Once
 	kick    chan struct{}
 	stop    chan struct{}
@@ -64,23 +59,14 @@ func (s *Store) stopMarkDropper() {
 
 // dropMark queues the delete of the release mark of token; false when the queue is full and
 // the caller must delete it itself.
-func (s *Store) dropMark(token string) bool { return s.queueDrop(token, false) }
-
-// dropHeld queues the delete of the holder of a lease released without a mark (mine.go).
-func (s *Store) dropHeld(token string) bool { return s.queueDrop(token, true) }
-
-func (s *Store) queueDrop(token string, held bool) bool {
+func (s *Store) dropMark(token string) bool {
 	d := s.marks
 	d.mu.Lock()
-	if len(d.pending)+len(d.held) >= marksMaxPending {
+	if len(d.pending) >= marksMaxPending {
 		d.mu.Unlock()
 		return false
 	}
-	if held {
-		d.held = append(d.held, token)
-	} else {
-		d.pending = append(d.pending, token)
-	}
+	d.pending = append(d.pending, token)
 	d.mu.Unlock()
 	select {
 	case d.kick <- struct{}{}:
@@ -93,24 +79,18 @@ func (s *Store) queueDrop(token string, held bool) bool {
 func (s *Store) dropMarks() {
 	d := s.marks
 	d.mu.Lock()
-	lists := [][]string{d.pending, d.held}
-	d.pending, d.held = nil, nil
+	ids := d.pending
+	d.pending = nil
 	d.mu.Unlock()
-	for i, ids := range lists {
-		state := stateReleased
-		if i == 1 {
-			state = string(lease.StateHeld)
+	for len(ids) > 0 {
+		n := min(len(ids), marksPerDelete)
+		ctx, cancel := s.bound(context.WithValue(context.Background(), offPath{}, true))
+		_, err := s.holders.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}}, {Key: "state", Value: stateReleased}})
+		cancel()
+		if err != nil {
+			return // the store is away: the rest is the sweep's too (and a Close is not held up)
 		}
-		for len(ids) > 0 {
-			n := min(len(ids), marksPerDelete)
-			ctx, cancel := s.bound(context.WithValue(context.Background(), offPath{}, true))
-			_, err := s.holders.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}}, {Key: "state", Value: state}})
-			cancel()
-			if err != nil {
-				return // the store is away: the rest is the sweep's too (and a Close is not held up)
-			}
-			ids = ids[n:]
-		}
+		ids = ids[n:]
 	}
 }
 

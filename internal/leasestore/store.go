@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"k8s.io/utils/lru"
 )
 
 // Collection names of the storage model (docs/design.md, "Storage").
@@ -47,8 +46,7 @@ const (
 	// StepLevelPushed: after a key was pushed to the holder, before the next level.
 	StepLevelPushed Step = "level-pushed"
 	// StepHolderReleased: after a holder was marked released (release, rollback, reap,
-	// revocation, a waiter leaving), or a lease this store answered was taken for its release
-	// without a mark (mine.go), before its entries are given back and the holder deleted.
+	// revocation, a waiter leaving), before its entries are given back and the holder deleted.
 	StepHolderReleased Step = "holder-released"
 	// StepQueued: after a holder entered a full level's line, before it tries the level
 	// once more.
@@ -159,10 +157,6 @@ type Store struct {
 	// handed keeps the holders this store's hand-overs completed for its own waiters, until
 	// the waiter takes its answer (wait.go).
 	handed handedHolders
-	// mine keeps the leases this store answered held, for their release (mine.go); mineMu
-	// makes taking one atomic.
-	mine   *lru.Cache
-	mineMu sync.Mutex
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
@@ -209,7 +203,6 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		fences:   db.Collection(FencesCollection),
 		cfg:      cfg,
 		origin:   newOrigin(),
-		mine:     newMine(),
 	}
 	if cfg.publish {
 		s.startPublisher()

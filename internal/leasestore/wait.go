@@ -313,14 +313,6 @@ func (b *funnelRun) index(key string) int {
 // key a wake-up said was handed over (the entry moved): then the state is not read first (one
 // round trip less for the usual case). ErrNotWaiting: the holder is gone.
 func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, look bool) (lease.Holder, error) {
-	h, err := s.resume(ctx, req, granted, look)
-	if err == nil {
-		s.remember(h)
-	}
-	return h, err
-}
-
-func (s *Store) resume(ctx context.Context, req AcquireRequest, granted string, look bool) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
 	}
