@@ -108,9 +108,15 @@ ROBUSTNESS_SEEDS ?= 20
 ROBUSTNESS_GO_TEST = KUBEBUILDER_ASSETS="$$(hack/envtest-bins.sh)" MONGODEV_BIN=$(MONGODEV) \
 	go test -tags robustness -count=1 -v $(GOTEST_FLAGS) -run TestRobustness ./test/robustness/
 
+# The interleaving checker of the booking protocol (docs/robustness.md, "Interleaving checker"):
+# make test runs a bounded part of it; test-robustness runs CHECKER_RUNS schedules per scenario.
+CHECKER_RUNS ?= 200
+
 .PHONY: test-robustness
-test-robustness: mongodev ## The robustness suite: real processes, faults, a checked history; ROBUSTNESS_SEEDS seeds (default 20, about 18 minutes) per fairness policy.
+test-robustness: mongodev ## The robustness suite: real processes, faults, a checked history; ROBUSTNESS_SEEDS seeds (default 20, about 18 minutes) per fairness policy; then CHECKER_RUNS schedules of the interleaving checker.
 	ROBUSTNESS_SEEDS=$(ROBUSTNESS_SEEDS) $(ROBUSTNESS_GO_TEST) -timeout 4h
+	CHECKER_RUNS=$(CHECKER_RUNS) MONGODEV_BIN=$(MONGODEV) go test -count=1 -v -timeout 2h \
+		-run 'TestInterleavingsKeepTheCap|TestDeadWaiterRecoversWithinTheBound|TestRandomInterleavingsWithFaults' ./internal/leasestore/
 
 .PHONY: test-robustness-short
 test-robustness-short: mongodev ## The robustness suite's short run (CI): one seed per fairness policy, 3 s of churn per fault, under two minutes.

@@ -43,13 +43,14 @@ const maxIndexedReply = 8 << 20
 
 // fieldFind is a find the proxy can answer through an index.
 type fieldFind struct {
-	db, coll     string
-	field, value string // the indexed equality
-	filter       bson.D // the whole filter, each condition plain
-	sortKey      string // "" for none
-	sortDir      int
-	limit        int
-	project      projection
+	db, coll string
+	field    string   // the indexed field
+	values   []string // its value, or the values of an $in of strings
+	filter   bson.D   // the rest of the filter, each condition plain
+	sortKey  string   // "" for none
+	sortDir  int
+	limit    int
+	project  projection
 }
 
 // projection is a find's projection of top-level fields: the fields kept (include) or
@@ -68,9 +69,20 @@ func answerFieldFind(backend io.Writer, br *bufio.Reader, ids *idIndexer, req []
 	if !ok {
 		return nil, false, nil
 	}
-	matchIDs, ok := ids.idsWhere(f.db, f.coll, f.field, f.value, maxIndexedFind)
-	if !ok {
-		return nil, false, nil
+	var matchIDs []string
+	for _, v := range f.values {
+		some, ok := ids.idsWhere(f.db, f.coll, f.field, v, maxIndexedFind)
+		if !ok {
+			return nil, false, nil
+		}
+		for _, id := range some {
+			if !slices.Contains(matchIDs, id) {
+				matchIDs = append(matchIDs, id)
+			}
+		}
+		if len(matchIDs) > maxIndexedFind {
+			return nil, false, nil
+		}
 	}
 	type found struct {
 		doc bson.Raw
@@ -147,8 +159,8 @@ func answerFieldFind(backend io.Writer, br *bufio.Reader, ids *idIndexer, req []
 	return buildOpMsg(0, requestID(req), body), true, nil
 }
 
-// parseFieldFind recognises a find whose filter has a string equality on an indexed field and
-// otherwise only plain conditions, with at most a sort on one top-level field, a limit, and a
+// parseFieldFind recognises a find whose filter has a string equality (or an $in of strings)
+// on an indexed field and otherwise only plain conditions, with at most a sort on one top-level field, a limit, and a
 // projection of top-level fields.
 func parseFieldFind(req []byte) (fieldFind, bool) {
 	if opCode(req) != opMsg || moreToCome(req) || len(req) < headerLen+5 {
@@ -210,15 +222,45 @@ func parseFieldFind(req []byte) (fieldFind, bool) {
 			return fieldFind{}, false
 		}
 	}
+	rest := bson.D{}
 	for _, e := range f.filter {
+		if vs, ok := stringIn(e.Value); ok && f.field == "" && slices.Contains(indexedFields, e.Key) {
+			// The documents read through the index are those the $in matches (an array
+			// field's included): the condition is not evaluated again.
+			f.field, f.values = e.Key, vs
+			continue
+		}
 		if !plainCondition(e) {
 			return fieldFind{}, false
 		}
 		if v, isString := e.Value.(string); isString && f.field == "" && slices.Contains(indexedFields, e.Key) {
-			f.field, f.value = e.Key, v
+			f.field, f.values = e.Key, []string{v}
 		}
+		rest = append(rest, e)
 	}
+	f.filter = rest
 	return f, f.field != ""
+}
+
+// stringIn returns the values of {$in: [strings]} (at most maxIndexedFind of them).
+func stringIn(v any) ([]string, bool) {
+	d, isDoc := v.(bson.D)
+	if !isDoc || len(d) != 1 || d[0].Key != "$in" {
+		return nil, false
+	}
+	arr, isArr := d[0].Value.(bson.A)
+	if !isArr || len(arr) == 0 || len(arr) > maxIndexedFind {
+		return nil, false
+	}
+	out := make([]string, 0, len(arr))
+	for _, x := range arr {
+		s, isString := x.(string)
+		if !isString {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 // parseProjection accepts {field: 1|true, ...} or {field: 0|false, ...} on top-level fields,

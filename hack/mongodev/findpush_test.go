@@ -67,6 +67,10 @@ func TestFindByIndexedFieldAnswersAsTheServer(t *testing.T) {
 		{"sort keys of two types: the server decides", bson.D{{Key: "tenant", Value: "t6"}}, options.Find().SetSort(byPID), false},
 		{"a condition the proxy does not evaluate: forwarded", bson.D{{Key: "tenant", Value: "t1"}, {Key: "n", Value: bson.D{{Key: "$in", Value: bson.A{1, 5}}}}}, nil, false},
 		{"skip: forwarded", bson.D{{Key: "tenant", Value: "t1"}}, options.Find().SetSort(byPID).SetSkip(2), false},
+		{"holders by public IDs (the repair's look-up)", bson.D{{Key: "pid", Value: bson.D{{Key: "$in", Value: bson.A{"lh-01", "lh-05", "lh-zz"}}}}},
+			options.Find().SetProjection(byPID), true},
+		{"by public IDs, with a state", bson.D{{Key: "pid", Value: bson.D{{Key: "$in", Value: bson.A{"lh-01", "lh-04", "lh-05"}}}}, {Key: "state", Value: "WAITING"}}, nil, true},
+		{"an $in with a number: forwarded", bson.D{{Key: "pid", Value: bson.D{{Key: "$in", Value: bson.A{"lh-01", 7}}}}}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -451,6 +452,9 @@ func isInList(q bson.D) bool {
 // or with $eq, $ne, $lt, $lte, $gt, $gte; or, alone, the negation of one order comparison
 // with a number ({queued: {$not: {$gt: 0}}}, the lease store's queue barrier).
 func plainCondition(e bson.E) bool {
+	if _, ok := existsCond(e.Value); ok && plainPath(e.Key) {
+		return true // {a.b: {$exists: bool}}: the lease store's entries (slots.<holder>)
+	}
 	if e.Key == "" || e.Key[0] == '$' || containsDot(e.Key) {
 		return false
 	}
@@ -485,6 +489,12 @@ func matchRest(doc bson.Raw, rest bson.D) (matched, decided bool) {
 		return false, false
 	}
 	for _, e := range rest {
+		if want, ok := existsCond(e.Value); ok {
+			if _, present := lookupPath(fields, e.Key); present != want {
+				return false, true
+			}
+			continue
+		}
 		v := lookup(fields, e.Key)
 		if inner, ok := negatedOrder(e.Value); ok {
 			m, decided := matchNegated(v, inner)
@@ -645,6 +655,57 @@ func cmpOrdered[T int64 | float64 | string](a, b T) int {
 		return 1
 	}
 	return 0
+}
+
+// existsCond returns the operand of {$exists: bool}.
+func existsCond(v any) (want, ok bool) {
+	d, isDoc := v.(bson.D)
+	if !isDoc || len(d) != 1 || d[0].Key != "$exists" {
+		return false, false
+	}
+	want, ok = d[0].Value.(bool)
+	return want, ok
+}
+
+// plainPath reports whether key is a field path of plain names (a.b.c, no $, no empty name).
+func plainPath(key string) bool {
+	if key == "" {
+		return false
+	}
+	for _, name := range strings.Split(key, ".") {
+		if name == "" || name[0] == '$' {
+			return false
+		}
+	}
+	return true
+}
+
+// lookupPath follows a dotted path through embedded documents; present is false when a name
+// is missing or a step is no document (an array is no document here: its elements are not
+// looked into).
+func lookupPath(d bson.D, path string) (v any, present bool) {
+	names := strings.Split(path, ".")
+	for i, name := range names {
+		found := false
+		for _, e := range d {
+			if e.Key == name {
+				v, found = e.Value, true
+				break
+			}
+		}
+		if !found {
+			return nil, false
+		}
+		if i == len(names)-1 {
+			return v, true
+		}
+		next, isDoc := v.(bson.D)
+		if !isDoc {
+			return nil, false
+		}
+		d = next
+	}
+	return nil, false
 }
 
 func lookup(d bson.D, key string) any {

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +116,19 @@ func TestLeaseStoreWritesArePushedDown(t *testing.T) {
 			{Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}}}, {Key: "multi", Value: true}}}}},
 		"idle reap": {{Key: "findAndModify", Value: "holders"}, {Key: "query", Value: bson.D{{Key: "_id", Value: "tok"}, {Key: "lastSeenAt", Value: at}}},
 			{Key: "remove", Value: true}},
+		"booking (an entry named by its holder)": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: "r|global|*"}, {Key: "count", Value: bson.D{{Key: "$lt", Value: 6}}},
+				{Key: "slots.lh-1", Value: bson.D{{Key: "$exists", Value: false}}}}},
+			{Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "slots.lh-1", Value: bson.D{}}}}, {Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}}}}}}},
+		"give-back where nobody lines up": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"r|global|*", "r|user|t/u"}}}},
+				{Key: "slots.lh-1", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}}}},
+			{Key: "u", Value: bson.D{{Key: "$unset", Value: bson.D{{Key: "slots.lh-1", Value: ""}}}, {Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}}},
+			{Key: "multi", Value: true}}}}},
+		"hand-over (the entry moves)": {{Key: "update", Value: "counters"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: "r|global|*"}, {Key: "slots.lh-1", Value: bson.D{{Key: "$exists", Value: true}}},
+				{Key: "slots.lh-2", Value: bson.D{{Key: "$exists", Value: false}}}}},
+			{Key: "u", Value: bson.D{{Key: "$unset", Value: bson.D{{Key: "slots.lh-1", Value: ""}}}, {Key: "$set", Value: bson.D{{Key: "slots.lh-2", Value: bson.D{}}}}}}}}}},
 	} {
 		cmd = append(cmd, bson.E{Key: "$db", Value: "lease"})
 		body, err := bson.Marshal(cmd)
@@ -222,4 +238,50 @@ func TestReleaseDecrementIsPushedDown(t *testing.T) {
 	if n := writeFallbacks.Load() - before; n != 0 {
 		t.Errorf("%d writes left to the server's scan, want 0", n)
 	}
+}
+
+// TestEntryWritesAnswerAsTheServer: the lease store's writes of entries (conditions on a
+// dotted field's existence) give the same answers and documents through the proxy's
+// push-down as FerretDB gives alone.
+func TestEntryWritesAnswerAsTheServer(t *testing.T) {
+	ctx := context.Background()
+	db := dbName("entries")
+	var results [2][]string
+	for i, uri := range []string{proxyURI, backendURI} {
+		c := connect(t, uri).Database(db).Collection(fmt.Sprintf("counters%d", i))
+		if _, err := c.InsertMany(ctx, []any{
+			bson.D{{Key: "_id", Value: "k"}, {Key: "count", Value: int32(0)}, {Key: "slots", Value: bson.D{}}},
+			bson.D{{Key: "_id", Value: "l"}, {Key: "count", Value: int32(0)}, {Key: "lined", Value: true}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		book := func(key, pid string) string {
+			r, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: 2}}}, {Key: "slots." + pid, Value: bson.D{{Key: "$exists", Value: false}}}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "slots." + pid, Value: bson.D{}}}}, {Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprintf("book %s %s: %d", key, pid, r.MatchedCount)
+		}
+		var out []string
+		out = append(out, book("k", "lh-a"), book("k", "lh-a"), book("k", "lh-b"), book("k", "lh-c"), book("l", "lh-a"), book("nope", "lh-a"))
+		r, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "slots.lh-a", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "slots.lh-w", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: "slots.lh-a", Value: ""}}}, {Key: "$set", Value: bson.D{{Key: "slots.lh-w", Value: bson.D{}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("move: %d", r.MatchedCount))
+		m, err := c.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"k", "l"}}}}, {Key: "slots.lh-b", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: "slots.lh-b", Value: ""}}}, {Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("give back: %d %d", m.MatchedCount, m.ModifiedCount))
+		out = append(out, findAll(ctx, t, c, bson.D{}, options.Find())...)
+		results[i] = out
+	}
+	if !slices.Equal(results[0], results[1]) {
+		t.Errorf("through the proxy:\n%s\nFerretDB itself:\n%s", strings.Join(results[0], "\n"), strings.Join(results[1], "\n"))
+	}
+	t.Logf("%s", strings.Join(results[0], "; "))
 }

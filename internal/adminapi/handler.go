@@ -275,7 +275,7 @@ func (h *handler) sweep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.audit(r).Info("Operator ran a sweep", "idle", res.Idle, "pod", res.Pod,
-		"corrected", res.Reconcile.Corrected, "created", res.Reconcile.Created, "deleted", res.Reconcile.Deleted)
+		"corrected", res.Reconcile.Corrected, "repaired", res.Reconcile.Repaired, "deleted", res.Reconcile.Deleted)
 	httpjson.Write(w, http.StatusOK, view)
 }
 
@@ -286,7 +286,7 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.store.Reconcile(r.Context())
 	// As the sweeper counts it: corrected and recreated counters both had a wrong count.
-	if fixed := res.Corrected + res.Created; fixed > 0 {
+	if fixed := res.Corrected; fixed > 0 {
 		h.metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected).Add(float64(fixed))
 	}
 	view := reconcileView(res)
@@ -294,7 +294,7 @@ func (h *handler) reconcile(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err, view, "reconciling")
 		return
 	}
-	h.audit(r).Info("Operator ran a reconcile", "corrected", res.Corrected, "created", res.Created,
+	h.audit(r).Info("Operator ran a reconcile", "corrected", res.Corrected, "repaired", res.Repaired,
 		"deleted", res.Deleted, "skipped", res.Skipped)
 	httpjson.Write(w, http.StatusOK, view)
 }

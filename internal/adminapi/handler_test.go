@@ -1,6 +1,7 @@
 package adminapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,9 @@ import (
 	"github.com/vancetope/lease-operator/internal/opsview"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
+	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
 
 var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
@@ -366,9 +369,9 @@ func TestSweep(t *testing.T) {
 	}{
 		{
 			name:       "round",
-			res:        sweeper.Result{Idle: 2, Pod: 1, Reconcile: leasestore.ReconcileResult{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
+			res:        sweeper.Result{Idle: 2, Pod: 1, Reconcile: leasestore.ReconcileResult{Corrected: 1, Deleted: 3, Repaired: 4, Skipped: 5}},
 			wantStatus: http.StatusOK,
-			want:       opsview.SweepView{Idle: 2, Pod: 1, Reconcile: opsview.ReconcileView{Corrected: 1, Deleted: 3, Created: 4, Skipped: 5}},
+			want:       opsview.SweepView{Idle: 2, Pod: 1, Reconcile: opsview.ReconcileView{Corrected: 1, Deleted: 3, Repaired: 4, Skipped: 5}},
 		},
 		{name: "empty object body", body: `{}`, wantStatus: http.StatusOK},
 		{
@@ -415,10 +418,11 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestPartialRevokeStillDispatchesAndReconcileRepairs: a revoke that deleted the holder and then failed to
-// return its levels (a crash window of docs/design.md) has revoked: the handler must run, the answer
-// says what happened, and reconcile returns the levels.
-func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
+// TestPartialRevokeStillDispatchesAndTheSweepFinishesIt: a revoke that released the holder and
+// then failed to give its slots back (a crash window of docs/design.md) has revoked: the handler
+// must run, the answer says what happened, and the sweep gives the slots back once the released
+// holder expires. Reconcile through the admin API removes entries whose holder is gone.
+func TestPartialRevokeStillDispatchesAndTheSweepFinishesIt(t *testing.T) {
 	uri, err := mongotest.URI()
 	if err != nil {
 		t.Fatal(err)
@@ -426,15 +430,13 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 	db := mongotest.DatabaseName(t)
 	var failDecrement leasestore.FaultFunc = func(step leasestore.Step, _ string) error {
 		if step == leasestore.StepHolderReleased {
-			return errors.New("network cut after the delete")
+			return errors.New("network cut after the release")
 		}
 		return nil
 	}
-	faulty := newFixture(t, newStoreAt(t, uri, db, leasestore.WithFault(failDecrement)), secret)
-	careful := newFixture(t, newStoreAt(t, uri, db), secret) // default 60 s safety margin
-	// A negative margin puts the cutoff in the future: every drifting counter qualifies at
-	// once, without waiting out a margin; a lowering still needs a second sighting.
-	eager := newFixture(t, newStoreAt(t, uri, db, leasestore.WithSafetyMargin(-time.Hour), leasestore.WithReconcileConfirm(0)), secret)
+	// A released holder expires its operation timeout and a second after it was written.
+	faulty := newFixture(t, newStoreAt(t, uri, db, leasestore.WithOpTimeout(300*time.Millisecond), leasestore.WithFault(failDecrement)), secret)
+	careful := newFixture(t, newStoreAt(t, uri, db), secret)
 
 	wide := caps(2, 2, 2, 2)
 	kept := mustAcquire(t, careful.store, request("acme", "u", podA, wide))
@@ -455,38 +457,62 @@ func TestPartialRevokeStillDispatchesAndReconcileRepairs(t *testing.T) {
 		t.Errorf("holders (-want +got):\n%s", diff)
 	}
 
-	// Drift: every level counts 2, one holder books it.
-	reconcileCases := []struct {
+	// The released holder keeps its entries until its give-back is done: every level counts 2,
+	// and both entries name a holder that exists. The sweep does the give-back again once the
+	// released holder expires.
+	if diff := cmp.Diff(map[string][2]int{}, notAt(counters(t, careful.store), [2]int{2, 2})); diff != "" {
+		t.Errorf("counters right after the partial revoke (-want +got):\n%s", diff)
+	}
+	waitfor.Until(t, "the sweep gives the released holder's slots back", func() bool {
+		if _, err := careful.store.ReapIdle(context.Background(), ""); err != nil {
+			t.Fatal(err)
+		}
+		return len(notAt(counters(t, careful.store), [2]int{1, 1})) == 0
+	})
+
+	// Entries of a holder that is gone (bookings that arrived after its release): reconcile
+	// removes them.
+	for _, k := range kept.Levels {
+		if err := storetest.LateEntry(context.Background(), uri, db, k, "lh-00000000000000000000dead"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
 		name  string
-		f     *fixture
 		want  opsview.ReconcileView
 		state [2]int
 	}{
-		{"inside the safety margin", careful, opsview.ReconcileView{Skipped: 4}, [2]int{2, 1}},
-		{"after the safety margin, first sighting", eager, opsview.ReconcileView{Skipped: 4}, [2]int{2, 1}},
-		{"after the safety margin, confirmed", eager, opsview.ReconcileView{Corrected: 4}, [2]int{1, 1}},
-		{"nothing left to do", eager, opsview.ReconcileView{}, [2]int{1, 1}},
-	}
-	for _, tc := range reconcileCases {
-		rec := tc.f.post(t, adminapi.PathReconcile, "")
+		{"entries of a gone holder", opsview.ReconcileView{Corrected: 4, Repaired: 4}, [2]int{1, 1}},
+		{"nothing left to do", opsview.ReconcileView{}, [2]int{1, 1}},
+	} {
+		rec := careful.post(t, adminapi.PathReconcile, "")
 		if rec.Code != http.StatusOK {
 			t.Fatalf("%s: reconcile %d %s", tc.name, rec.Code, rec.Body)
 		}
 		if diff := cmp.Diff(tc.want, decode[opsview.ReconcileView](t, rec)); diff != "" {
 			t.Errorf("%s: reconcile (-want +got):\n%s", tc.name, diff)
 		}
-		for key, v := range counters(t, careful.store) {
-			if v != tc.state {
-				t.Errorf("%s: counter %s = count %d, booked %d; want %v", tc.name, key, v[0], v[1], tc.state)
-			}
+		if diff := cmp.Diff(map[string][2]int{}, notAt(counters(t, careful.store), tc.state)); diff != "" {
+			t.Errorf("%s: counters not at %v (-want +got):\n%s", tc.name, tc.state, diff)
 		}
 	}
-	if got := testutil.ToFloat64(eager.metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected)); got != 4 {
+	if got := testutil.ToFloat64(careful.metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected)); got != 4 {
 		t.Errorf("reconcile{outcome=corrected} = %v, want 4", got)
 	}
 	if got := testutil.CollectAndCount(faulty.metrics.Reap); got != 0 {
 		t.Errorf("the admin API counted %d reap series itself; the listener counts revocations", got)
 	}
+}
+
+// notAt returns the counters whose (count, booked) is not want.
+func notAt(cs map[string][2]int, want [2]int) map[string][2]int {
+	out := map[string][2]int{}
+	for k, v := range cs {
+		if v != want {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // TestErrorBodiesAreJSON pins the wire shape the kubectl plugin decodes.

@@ -104,7 +104,7 @@ func (b revokePodBody) validate() error {
 type emptyBody struct{}
 
 func reconcileView(r leasestore.ReconcileResult) opsview.ReconcileView {
-	return opsview.ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Created: r.Created, Skipped: r.Skipped, Unmarked: r.Unmarked}
+	return opsview.ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Repaired: r.Repaired, Skipped: r.Skipped, Unmarked: r.Unmarked}
 }
 
 func sweepView(r sweeper.Result) opsview.SweepView {

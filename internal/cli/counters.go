@@ -19,11 +19,15 @@ type counterJSON struct {
 	Level    string `json:"level"`
 	Scope    string `json:"scope"`
 	Count    int    `json:"count"`
-	// Booked is the number of holders that book the counter: what reconcile corrects to.
+	// Booked is the number of the counter's entries whose holder exists.
 	Booked int `json:"booked"`
-	// Drift is count - booked: positive blocks slots nobody holds, negative lets the cap be
-	// exceeded. 0 is no drift.
+	// Drift is count - booked: the entries of holders that are gone, which block slots
+	// nobody holds until the repair removes them. 0 is no drift.
 	Drift int `json:"drift"`
+	// Holders are the public IDs of the holders the entries name; Gone those of them whose
+	// holder no longer exists.
+	Holders []string `json:"holders,omitempty"`
+	Gone    []string `json:"gone,omitempty"`
 	// Borrowed is the number of booking holders whose slot was granted above the cap
 	// (docs/borrowing.md).
 	Borrowed int `json:"borrowed"`
@@ -87,7 +91,8 @@ tenant and is left out.`,
 				for _, c := range counters {
 					views = append(views, counterJSON{
 						Key: c.Key, Resource: c.Resource, Level: string(c.Level), Scope: c.Scope,
-						Count: c.Count, Booked: c.Booked, Drift: c.Count - c.Booked, Borrowed: c.Borrowed, Waiting: c.Waiting, UpdatedAt: c.UpdatedAt.UTC(),
+						Count: c.Count, Booked: c.Booked, Drift: c.Count - c.Booked, Holders: c.Holders, Gone: c.Gone,
+						Borrowed: c.Borrowed, Waiting: c.Waiting, UpdatedAt: c.UpdatedAt.UTC(),
 					})
 				}
 				return writeJSON(o.streams.Out, views)
@@ -106,9 +111,9 @@ tenant and is left out.`,
 			}
 			p := newPrinter(o.streams.ErrOut)
 			if n := driftCount(counters); n > 0 {
-				p.printf("\n%s drift from the holders that book them (COUNT != BOOKED), left by a crash window. "+
-					"The sweep's reconcile corrects counters unchanged for the safety margin; `kubectl lease reconcile` does it now.\n",
-					plural(n, "counter", "counters"))
+				p.printf("\n%s entries of holders that are gone (COUNT != BOOKED): bookings that arrived after their holder's release. "+
+					"The next refusal at the level or the sweep's reconcile removes them; `kubectl lease reconcile` does it now.\n",
+					plural(n, "counter has", "counters have"))
 			}
 			return p.done()
 		},

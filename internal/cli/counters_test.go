@@ -2,7 +2,7 @@ package cli_test
 
 import (
 	"context"
-	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,35 +11,33 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
-// crashAt returns a fault hook that simulates a crash at step.
-func crashAt(step leasestore.Step) leasestore.FaultFunc {
-	return func(s leasestore.Step, _ string) error {
-		if s == step {
-			return leasestore.ErrCrash
-		}
-		return nil
-	}
-}
+// goneID is the public ID of a holder that no longer exists, whose entries driftSetup writes.
+const goneID = "lh-00000000000000000000dead"
 
-// driftSetup books two holders of r for acme/u and releases one through a store that
-// crashes between the holder's deletion and the decrement: every counter stays at 2 while
-// one holder books it.
+// driftSetup books two holders of r for acme/u, releases one, and writes at every counter of
+// r an entry of a holder that is gone (a booking that arrived after its holder's release):
+// every counter stays at 2 while one holder books it.
 func driftSetup(t *testing.T) (testStore, lease.Holder) {
 	t.Helper()
 	s := newStore(t)
-	faulty := connect(t, s.uri, s.db, leasestore.WithFault(crashAt(leasestore.StepHolderReleased)))
 	h1 := mustAcquire(t, s.Store, request("r", "acme", "u", podA, caps(2, 2, 2, 2)))
 	h2 := mustAcquire(t, s.Store, request("r", "acme", "u", podA, caps(2, 2, 2, 2)))
-	if _, err := faulty.Release(context.Background(), h1.Token); !errors.Is(err, leasestore.ErrCrash) {
-		t.Fatalf("release through the faulty store = %v, want the simulated crash", err)
+	if _, err := s.Release(context.Background(), h1.Token); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range h2.Levels {
+		if err := storetest.LateEntry(context.Background(), s.uri, s.db, k, goneID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return s, h2
 }
 
 func TestCountersShowDrift(t *testing.T) {
-	s, _ := driftSetup(t)
+	s, held := driftSetup(t)
 	// A second resource without drift.
 	mustAcquire(t, s.Store, request("q", "globex", "bob", podB, []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 5}}))
 
@@ -89,7 +87,7 @@ func TestCountersShowDrift(t *testing.T) {
 					drifting++
 				}
 			}
-			note := "drift from the holders that book them"
+			note := "entries of holders that are gone"
 			if got := strings.Contains(r.stderr, note); got != (drifting > 0) {
 				t.Errorf("stderr %q: drift note present %v, want %v", r.stderr, got, drifting > 0)
 			}
@@ -101,11 +99,13 @@ func TestCountersShowDrift(t *testing.T) {
 		type counterJSON struct {
 			Key, Resource, Level, Scope string
 			Count, Booked, Drift        int
+			Holders, Gone               []string
 			Borrowed, Waiting           int
 			UpdatedAt                   time.Time
 		}
 		got := decodeStrict[[]counterJSON](t, r.stdout)
-		want := []counterJSON{{Key: "r|user|acme/u", Resource: "r", Level: "user", Scope: "acme/u", Count: 2, Booked: 1, Drift: 1}}
+		want := []counterJSON{{Key: "r|user|acme/u", Resource: "r", Level: "user", Scope: "acme/u", Count: 2, Booked: 1, Drift: 1,
+			Holders: slices.Sorted(slices.Values([]string{held.ID, goneID})), Gone: []string{goneID}}}
 		if len(got) == 1 && got[0].UpdatedAt.IsZero() {
 			t.Error("counter without updatedAt")
 		}
@@ -146,6 +146,7 @@ func TestCountersShowBorrowed(t *testing.T) {
 	if got := decodeStrict[[]struct {
 		Key, Resource, Level, Scope    string
 		Count, Booked, Drift, Borrowed int
+		Holders, Gone                  []string
 		Waiting                        int
 		UpdatedAt                      time.Time
 	}](t, r.stdout); len(got) != 1 || got[0].Borrowed != 2 {
@@ -176,45 +177,26 @@ func TestReconcileDirect(t *testing.T) {
 	s, _ := driftSetup(t)
 	// --force reconciles directly, whatever kubeconfig the environment has.
 	env := map[string]string{"KUBECONFIG": operatorFile}
-
-	// Within the safety margin nothing is touched.
 	r := mustRun(t, env, args(s, "reconcile", "--force")...)
 	for _, want := range []string{
 		"Reconciled the counters directly in MongoDB (database " + s.db + "; no manager, no handler involved; safety margin 1m0s)",
-		"0 corrected, 0 recreated, 0 deleted (no holder books them), 4 skipped",
-		"4 counters to correct or delete were left alone: changed within the safety margin",
+		"4 corrected (4 entries of gone holders removed), 0 deleted (nobody books them), 0 skipped",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("reconcile output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-
-	// A confirmation delay shorter than a decrement in flight may take is refused before
-	// anything is read or written: it could return a releasing holder's slot twice.
-	for _, confirm := range []string{"0", "300ms", "4s"} {
-		mustFail(t, env, args(s, "reconcile", "--force", "--reconcile-safety", "200ms", "--reconcile-confirm", confirm),
-			"--reconcile-confirm "+confirm, "at least 5s")
-	}
-
-	// After the margin, a first pass notes the excess and a second one, --reconcile-confirm
-	// later, lowers the counters.
-	time.Sleep(300 * time.Millisecond) // real time: the 200ms reconcile safety margin passes on the store's clock
-	r = mustRun(t, env, args(s, "reconcile", "--force", "--reconcile-safety", "200ms", "--reconcile-confirm", "5s", "-o", "json")...)
-	type reconcileJSON struct {
-		Corrected, Deleted, Created, Skipped int
-		Via                                  string
-	}
-	if diff := cmp.Diff(reconcileJSON{Corrected: 4, Via: "store"}, decodeStrict[reconcileJSON](t, r.stdout)); diff != "" {
-		t.Errorf("reconcile -o json (-want +got):\n%s", diff)
-	}
-	for _, want := range []string{"Warning: a safety margin of 200ms", "Confirming 4 counters above their booked holders: second pass in 5s"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr %q lacks %q", r.stderr, want)
-		}
-	}
-
 	r = mustRun(t, operatorEnv(), args(s, "counters")...)
 	if strings.Contains(r.stdout, "+") || r.stderr != "" {
 		t.Errorf("drift left after reconcile:\n%s%s", r.stdout, r.stderr)
+	}
+	// Nothing left to repair: a second run writes nothing.
+	r = mustRun(t, env, args(s, "reconcile", "--force", "-o", "json")...)
+	type reconcileJSON struct {
+		Corrected, Deleted, Repaired, Skipped int
+		Via                                   string
+	}
+	if diff := cmp.Diff(reconcileJSON{Via: "store"}, decodeStrict[reconcileJSON](t, r.stdout)); diff != "" {
+		t.Errorf("reconcile -o json (-want +got):\n%s", diff)
 	}
 }

@@ -240,7 +240,7 @@ func (c *liveClient) listCounters(ctx context.Context, f leasestore.CounterFilte
 		}
 		seen[lc.Key] = true
 		out = append(out, lease.Counter{Key: lc.Key, Resource: lc.Resource, Level: lease.Level(lc.Level), Scope: lc.Scope,
-			Count: int(lc.Count), Booked: int(lc.Booked), Waiting: int(lc.Waiting), Borrowed: int(lc.Borrowed), UpdatedAt: lc.UpdatedAt.Time})
+			Count: int(lc.Count), Booked: int(lc.Booked), Holders: lc.Holders, Gone: lc.Gone, Waiting: int(lc.Waiting), Borrowed: int(lc.Borrowed), UpdatedAt: lc.UpdatedAt.Time})
 	}
 	return out, nil
 }

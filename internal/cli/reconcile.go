@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -65,21 +63,16 @@ type reconcileJSON struct {
 
 func newReconcileCommand(o *options) *cobra.Command {
 	var (
-		safety, confirm time.Duration
-		force           bool
-		out             outputFlag
+		safety time.Duration
+		force  bool
+		out    outputFlag
 	)
 	c := &cobra.Command{
 		Use:   "reconcile",
 		Short: "Correct counter drift now (on the manager; --force directly in MongoDB)",
-		Long: `Recompute every counter from the holders that book it and correct the drift left by crash
-windows; counters that no holder books are deleted. Only counters unchanged for the safety margin
-are touched, each by a compare-and-set, so concurrent acquisitions and releases win.
-
-A counter above what its holders book is lowered only when two passes, --reconcile-confirm
-apart, see the same excess: a release deletes its holder before it decrements, and a single look
-between the two would return the slot twice. The direct run therefore takes a second pass when
-the first one found such counters.
+		Long: `Repair every counter: remove the entries that name a holder that is gone (a write that
+arrived after its holder was released), and delete the counters nobody has booked for the safety
+margin. Every write is conditional on what was read, so concurrent acquisitions and releases win.
 
 By default this runs on the manager through the live API, with the manager's own safety margin
 (RBAC: create reconciles in the system namespace). --force runs it directly in MongoDB
@@ -94,17 +87,13 @@ By default this runs on the manager through the live API, with the manager's own
 			if safety < 0 {
 				return fmt.Errorf("--reconcile-safety must not be negative")
 			}
-			if confirm < leasestore.MinReconcileConfirm {
-				return fmt.Errorf("--reconcile-confirm %s: must be at least %s, the time a release's decrement may still be in flight on the manager or an agent; a shorter wait could return its slot twice",
-					confirm, leasestore.MinReconcileConfirm)
-			}
 			ctx, cancel := o.withTimeout(cmd.Context())
 			defer cancel()
 
 			if !force {
-				if cmd.Flags().Changed("reconcile-safety") || cmd.Flags().Changed("reconcile-confirm") {
+				if cmd.Flags().Changed("reconcile-safety") {
 					warn := newPrinter(o.streams.ErrOut)
-					warn.println("Warning: --reconcile-safety and --reconcile-confirm apply to the direct reconcile (--force); the manager uses its own settings.")
+					warn.println("Warning: --reconcile-safety applies to the direct reconcile (--force); the manager uses its own setting.")
 					if err := warn.done(); err != nil {
 						return err
 					}
@@ -131,22 +120,16 @@ By default this runs on the manager through the live API, with the manager's own
 				return p.done()
 			}
 
-			if safety < 10*time.Second {
-				warn := newPrinter(o.streams.ErrOut)
-				warn.printf("Warning: a safety margin of %s may correct the counters of acquisitions and releases still in flight; the next reconcile repairs that.\n", safety)
-				if err := warn.done(); err != nil {
-					return err
-				}
-			}
-			s, err := o.openStore(leasestore.WithSafetyMargin(safety), leasestore.WithReconcileConfirm(confirm))
+			s, err := o.openStore(leasestore.WithSafetyMargin(safety))
 			if err != nil {
 				return err
 			}
 			defer s.close()
-			res, err := reconcileDirect(ctx, s, safety, confirm, o.streams.ErrOut)
+			r, err := s.Reconcile(ctx)
 			if err != nil {
-				return err
+				return s.wrap("reconciling", err)
 			}
+			res := opsview.ReconcileView{Corrected: r.Corrected, Deleted: r.Deleted, Repaired: r.Repaired, Skipped: r.Skipped, Unmarked: r.Unmarked}
 			if out.json() {
 				return writeJSON(o.streams.Out, reconcileJSON{ReconcileView: res, Via: viaStore})
 			}
@@ -158,92 +141,24 @@ By default this runs on the manager through the live API, with the manager's own
 	}
 	c.Flags().BoolVar(&force, "force", false, "reconcile directly in MongoDB (--mongodb-uri), without the manager")
 	c.Flags().DurationVar(&safety, "reconcile-safety", leasestore.DefaultSafetyMargin,
-		"touch only counters unchanged this long (direct reconcile; the manager's default is the same)")
-	c.Flags().DurationVar(&confirm, "reconcile-confirm", 2*leasestore.DefaultOpTimeout,
-		"direct reconcile: wait between the two passes that must see the same excess before a counter is lowered (longer than a decrement in flight on the manager may take)")
+		"delete only counters nobody has booked this long (direct reconcile; the manager's default is the same)")
 	out.bind(c)
 	return c
 }
 
-// confirmSlack is added to the wait between the passes: the store measures it on the server's
-// clock, which need not tick in step with this machine's.
-const confirmSlack = 100 * time.Millisecond
-
-// reconcileDirect runs the store's reconcile, and when counters above their booked holders
-// (older than the safety margin) are left, waits confirm and runs the confirming pass that
-// lowers them. progress gets a note before the wait.
-func reconcileDirect(ctx context.Context, s *store, safety, confirm time.Duration, progress io.Writer) (opsview.ReconcileView, error) {
-	first, err := s.Reconcile(ctx)
-	if err != nil {
-		return opsview.ReconcileView{}, s.wrap("reconciling", err)
-	}
-	res := opsview.ReconcileView{Corrected: first.Corrected, Deleted: first.Deleted, Created: first.Created, Skipped: first.Skipped, Unmarked: first.Unmarked}
-	if first.Skipped == 0 {
-		return res, nil
-	}
-	pending, err := pendingLowerings(ctx, s, safety)
-	if err != nil {
-		return res, err
-	}
-	if pending == 0 {
-		return res, nil
-	}
-	note := newPrinter(progress)
-	note.printf("Confirming %s above their booked holders: second pass in %s ...\n",
-		plural(pending, "counter", "counters"), confirm)
-	if err := note.done(); err != nil {
-		return res, err
-	}
-	select {
-	case <-ctx.Done():
-		return res, fmt.Errorf("waiting for the confirming reconcile pass: %w (the first pass is done: %+v)", ctx.Err(), res)
-	case <-time.After(confirm + confirmSlack):
-	}
-	second, err := s.Reconcile(ctx)
-	if err != nil {
-		return res, s.wrap("reconciling (confirming pass)", err)
-	}
-	res.Corrected += second.Corrected
-	res.Deleted += second.Deleted
-	res.Created += second.Created
-	res.Unmarked += second.Unmarked
-	res.Skipped = second.Skipped
-	return res, nil
-}
-
-// pendingLowerings counts the counters above their booked holders that are older than the
-// safety margin: those a confirming pass may lower.
-func pendingLowerings(ctx context.Context, s *store, safety time.Duration) (int, error) {
-	now, err := s.ServerTime(ctx)
-	if err != nil {
-		return 0, s.wrap("reading the server time", err)
-	}
-	counters, err := s.ListCounters(ctx, leasestore.CounterFilter{})
-	if err != nil {
-		return 0, s.wrap("reading the counters", err)
-	}
-	n := 0
-	for _, c := range counters {
-		if c.Count > c.Booked && c.UpdatedAt.Before(now.Add(-safety)) {
-			n++
-		}
-	}
-	return n, nil
-}
-
 func printReconcile(p *printer, prefix string, r opsview.ReconcileView) {
-	p.printf("%s %d corrected, %d recreated, %d deleted (no holder books them), %d skipped\n",
-		prefix, r.Corrected, r.Created, r.Deleted, r.Skipped)
+	p.printf("%s %d corrected (%s), %d deleted (nobody books them), %d skipped\n",
+		prefix, r.Corrected, plural(r.Repaired, "entry of a gone holder removed", "entries of gone holders removed"), r.Deleted, r.Skipped)
 	if r.Unmarked > 0 {
 		p.printf("%s %s: their tenants are back within their caps\n",
 			prefix, plural(r.Unmarked, "borrowed mark dropped", "borrowed marks dropped"))
 	}
 	if r.Skipped > 0 {
-		p.printf("%s %s: changed within the safety margin or while being read, or a lowering awaiting confirmation; run again later\n",
+		p.printf("%s %s: changed while being read; run again later\n",
 			prefix, plural(r.Skipped, "counter to correct or delete was left alone", "counters to correct or delete were left alone"))
 	}
 }
 
 func reconcileViewOf(r livev1alpha1.ReconcileResult) opsview.ReconcileView {
-	return opsview.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Created: int(r.Created), Skipped: int(r.Skipped), Unmarked: int(r.Unmarked)}
+	return opsview.ReconcileView{Corrected: int(r.Corrected), Deleted: int(r.Deleted), Repaired: int(r.Repaired), Skipped: int(r.Skipped), Unmarked: int(r.Unmarked)}
 }

@@ -230,7 +230,7 @@ func TestSweepAndReconcileThroughManager(t *testing.T) {
 	for _, want := range []string{
 		"Sweep on the manager (through https://127.0.0.1:",
 		"reaped 2 holders idle and 1 holder of dead pods; their handlers are dispatched.",
-		"3 corrected, 0 recreated, 1 deleted",
+		"3 corrected (0 entries of gone holders removed), 1 deleted",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("sweep output lacks %q:\n%s", want, r.stdout)
@@ -239,7 +239,7 @@ func TestSweepAndReconcileThroughManager(t *testing.T) {
 	r = mustRun(t, m.env(), args(s, "sweep", "-o", "json")...)
 	type sweepJSON struct {
 		Idle, Pod int
-		Reconcile struct{ Corrected, Deleted, Created, Skipped int }
+		Reconcile struct{ Corrected, Deleted, Repaired, Skipped int }
 	}
 	got := decodeStrict[sweepJSON](t, r.stdout)
 	if got.Idle != 2 || got.Pod != 1 || got.Reconcile.Corrected != 3 || got.Reconcile.Deleted != 1 {

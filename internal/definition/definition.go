@@ -10,7 +10,7 @@ const (
 	DefaultWait = 10 * time.Second
 	// DefaultFairness is the policy when no layer sets fairness: on the development server,
 	// which runs one command at a time, the global queue's extra round trips cost a contended
-	// resource most of its throughput (docs/waiting.md, "Fairness policies").
+	// resource most of its throughput (docs/waiting.md, "The fairness field").
 	DefaultFairness = FairProcess
 )
 

@@ -101,9 +101,15 @@ type Counter struct {
 	Scope     string
 	Count     int
 	UpdatedAt time.Time
-	// Booked is the number of holders whose levels contain this key: the value reconcile
-	// corrects the count to.
+	// Booked is the number of the counter's entries whose holder exists: what the count
+	// comes back to once the repair has removed the others.
 	Booked int
+	// Holders are the public IDs of the holders the counter's entries name, sorted: exactly
+	// who books the level.
+	Holders []string
+	// Gone are those of Holders whose holder document no longer exists: entries nobody will
+	// give back, which the repair removes.
+	Gone []string
 	// Waiting is the number of live waiters in the counter's line: acquisitions that found
 	// the level full and wait for one of its slots (the count stays at the cap while anyone
 	// waits, so that newcomers queue behind them).

@@ -9,7 +9,6 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -66,15 +65,15 @@ func validateAcquire(req AcquireRequest) error {
 }
 
 // Acquire makes one attempt to book a slot at every capped level of the request, narrow to
-// wide (docs/design.md): the holder is written first (PENDING); per level the counter is
-// incremented by a conditional update and then the key is pushed to the holder; the last
-// push also marks the holder HELD. A store error rolls the attempt back. A full level rolls
-// it back too and returns a *lease.BusyError, unless the request may wait (WaitTTL): then the
-// holder waits in that level's line, keeping the narrower levels it booked, and Acquire
-// returns a *WaitingError (wait.go). Once started, an attempt is not cut short by the
-// caller's cancellation or deadline, only by the store's operation timeout: a write cut
-// mid-flight may still apply, and an increment nobody knows of would block its slot until it
-// is healed.
+// wide (docs/design.md): the holder is written first (PENDING, naming every counter of its
+// funnel), then per level its entry is added to the counter by a conditional update
+// (slots.go) and the level recorded on the holder; the last record also makes the holder
+// HELD with its fence. A store error rolls the attempt back. A full level rolls it back too
+// and returns a *lease.BusyError, unless the request may wait (WaitTTL): then the holder
+// waits in that level's line, keeping the narrower levels it booked, and Acquire returns a
+// *WaitingError (wait.go). Once started, an attempt is not cut short by the caller's
+// cancellation or deadline, only by the store's operation timeout: a write cut mid-flight
+// may still apply, and the rollback gives back whatever it booked.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
@@ -92,6 +91,35 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 
+	f := funnelRun{store: s, doc: newHolderDoc(token, req, levels), levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow}
+	// While the first level has a line, a newcomer that may wait joins it at once: its
+	// booking would be refused (the level stays full while anyone waits), and the write that
+	// queues it would follow.
+	queue := req.WaitTTL > 0 && s.linedRecently(levels[0].key)
+	if queue {
+		f.doc.State = string(lease.StateWaiting)
+		f.doc.WaitKey, f.doc.WaitCap, f.doc.WaitExp, f.doc.Origin = levels[0].key, levels[0].Cap, time.Now().Add(req.WaitTTL), s.origin
+		f.doc.GrantState = string(f.grantState(levels[0].key))
+		f.doc.QueuedAt = time.Now() // set by the server; a wider level keeps it
+	}
+	if err := s.createHolder(ctx, f.doc); err != nil {
+		return lease.Holder{}, err
+	}
+	if err := s.fault(StepHolderCreated, token); err != nil {
+		return lease.Holder{}, s.abandon(ctx, f.doc, unavailable("acquiring "+req.Resource, err))
+	}
+	if queue {
+		return f.queue(ctx)
+	}
+	return f.from(ctx, 0)
+}
+
+// newHolderDoc is the document of a new holder of req, PENDING, naming its funnel's counters.
+func newHolderDoc(token string, req AcquireRequest, levels []funnelLevel) holderDoc {
+	keys := make([]string, len(levels))
+	for i, l := range levels {
+		keys[i] = l.key
+	}
 	doc := holderDoc{
 		ID:         token,
 		PID:        lease.HolderID(token),
@@ -108,33 +136,13 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 		Payload:    req.Payload,
 		TTLSeconds: req.TTL.Seconds(),
 		Levels:     []string{},
-		IncKey:     levels[0].key,
+		Keys:       keys,
 		Priority:   req.Priority,
 	}
 	if doc.Payload == nil {
 		doc.Payload = map[string]string{}
 	}
-	f := funnelRun{store: s, doc: doc, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow}
-	// While the first level has a line, a newcomer that may wait joins it at once: its
-	// increment would be refused (the count stays at the cap while anyone waits), and the
-	// write that queues it would follow.
-	queue := req.WaitTTL > 0 && s.linedRecently(levels[0].key)
-	if queue {
-		f.doc.State, f.doc.IncKey = string(lease.StateWaiting), ""
-		f.doc.WaitKey, f.doc.WaitCap, f.doc.WaitExp, f.doc.Origin = levels[0].key, levels[0].Cap, time.Now().Add(req.WaitTTL), s.origin
-		f.doc.GrantState = string(f.grantState(levels[0].key))
-		f.doc.QueuedAt = time.Now() // set by the server; a wider level keeps it
-	}
-	if err := s.createHolder(ctx, f.doc); err != nil {
-		return lease.Holder{}, err
-	}
-	if err := s.fault(StepHolderCreated, token); err != nil {
-		return lease.Holder{}, s.abandon(ctx, token, nil, unavailable("acquiring "+req.Resource, err))
-	}
-	if queue {
-		return f.queue(ctx)
-	}
-	return f.from(ctx, 0)
+	return doc
 }
 
 // funnelRun is the funnel of one holder, run from some level on: by Acquire from the first,
@@ -154,104 +162,133 @@ type funnelRun struct {
 // if higher (a raise written by an earlier renewal).
 func (b *funnelRun) prio() int { return max(b.priority, b.doc.Priority) }
 
-// from books levels i, i+1, ... and marks the holder HELD with the last one. A full level
+// from books levels i, i+1, ... and makes the holder HELD with the last one. A full level
 // queues the holder (WaitTTL) or rolls it back; a store error rolls it back.
 func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
-	s, token, resource := b.store, b.doc.ID, b.doc.Resource
 	for ; i < len(b.levels); i++ {
 		l := b.levels[i]
-		ok, count, err := s.increment(ctx, l, resource, b.doc.Tenant)
+		booked, count, err := b.bookLevel(ctx, i)
 		if err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, nil, err)
+			return lease.Holder{}, b.store.abandon(ctx, b.doc, err)
 		}
-		borrowed := false
-		if !ok && b.borrowable(i) {
-			if borrowed, err = b.borrowAt(ctx, i); err != nil {
-				return lease.Holder{}, s.abandon(ctx, token, nil, err)
-			}
-			ok = borrowed
-		}
-		if !ok && b.waitTTL > 0 && i > 0 && b.borrowable(i-1) {
-			// A holder above its tenant cap does not wait at the global level: it waits
-			// at its tenant level.
-			claimed, kept, err := b.unborrow(ctx, i-1)
+		if booked == bookedNot && b.waitTTL > 0 && b.borrowable(i-1) {
+			// A holder above its tenant cap does not wait at the global level: it waits at
+			// its tenant level (borrow.go).
+			again, kept, err := b.unborrow(ctx, i-1)
 			switch {
 			case kept:
-			case err != nil || !claimed:
+			case err != nil || !again:
 				return lease.Holder{}, err
 			default:
 				i -= 1 // the tenant level is booked again (within its cap): the global level next
 				continue
 			}
 		}
-		if !ok {
-			busy := &lease.BusyError{Resource: resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
+		if booked == bookedNot {
+			busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
 			if b.waitTTL <= 0 {
-				if i == 0 && s.dropUnbooked(ctx, token) {
-					return lease.Holder{}, busy
-				}
-				return lease.Holder{}, s.abandonAt(ctx, token, nil, l.key, busy)
+				return lease.Holder{}, b.refuse(ctx, i, busy)
 			}
 			claimed, err := b.wait(ctx, l, busy)
 			if err != nil || !claimed {
 				return lease.Holder{}, err
 			}
-			if i == len(b.levels)-1 {
-				break
-			}
 			continue
 		}
-		if err := s.fault(StepCounterIncremented, l.key); err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, unavailable("acquiring "+resource, err))
+		if err := b.store.fault(StepBooked, l.key); err != nil {
+			return lease.Holder{}, b.store.abandon(ctx, b.doc, unavailable("acquiring "+b.doc.Resource, err))
 		}
-		state, fence := lease.StatePending, int64(0)
-		if i == len(b.levels)-1 {
-			// Every slot is held now: the fence the write below grants with (fence.go).
-			state = lease.StateHeld
-			if fence, err = s.takeFences(ctx, resource, 1, holdSample{}); err != nil {
-				return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, err)
-			}
-		}
-		update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
-		if borrowed {
-			update = b.borrowing(update, i)
-		}
-		res, err := s.holders.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}}, update)
-		if err != nil {
-			// The push may or may not have been applied: the key is given back only if
-			// this attempt still releases the holder.
-			return lease.Holder{}, s.abandon(ctx, token, []string{l.key}, unavailable("booking "+l.key, err))
-		}
-		if res.MatchedCount == 0 {
-			// A reaper released the holder (and gave back its pushed levels) between two
-			// steps; the slot incremented just now is counted by no holder: Heal frees it.
-			s.healAfter(ctx, l.key)
-			return lease.Holder{}, unavailable("acquiring "+resource, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
-		}
-		b.doc.Levels, b.doc.Fence = append(b.doc.Levels, l.key), fence
-		if err := s.fault(StepLevelPushed, l.key); err != nil {
-			return lease.Holder{}, s.abandon(ctx, token, nil, unavailable("acquiring "+resource, err))
+		if err := b.record(ctx, i, booked == bookedBorrowed); err != nil {
+			return lease.Holder{}, err
 		}
 	}
 	b.doc.State = string(lease.StateHeld)
 	return b.doc.holder(), nil
 }
 
-// booking is the $set (and $unset) of the write that records level i of the funnel on the
-// holder: its new state (with the fence of a grant), and the next level as the counter it
-// increments next (IncKey), or no IncKey after the last level.
-func (b *funnelRun) booking(i int, state lease.HolderState, fence int64) bson.D {
+// booking is what bookLevel did at a level.
+type booking int
+
+const (
+	bookedNot booking = iota
+	bookedWithin
+	bookedBorrowed
+)
+
+// bookLevel adds the holder's entry to level i, within its cap, or above it by borrowing
+// (borrow.go); count is the count of a refusal.
+func (b *funnelRun) bookLevel(ctx context.Context, i int) (booking, int, error) {
+	l := b.levels[i]
+	ok, count, err := b.store.book(ctx, l, b.doc.Resource, b.doc.Tenant, b.doc.PID, l.Cap, slotDoc{})
+	switch {
+	case err != nil:
+		return bookedNot, 0, err
+	case ok:
+		return bookedWithin, 0, nil
+	case !b.borrowable(i):
+		return bookedNot, count, nil
+	}
+	borrowed, err := b.borrowAt(ctx, i)
+	switch {
+	case err != nil:
+		return bookedNot, 0, err
+	case borrowed:
+		return bookedBorrowed, 0, nil
+	}
+	return bookedNot, count, nil
+}
+
+// record writes level i, whose entry the holder has, on the holder: the level is pushed to
+// its levels and, at the last level, the holder becomes HELD with the fence taken now that
+// every slot is booked (fence.go).
+func (b *funnelRun) record(ctx context.Context, i int, borrowed bool) error {
+	s, l := b.store, b.levels[i]
+	state, fence := lease.StatePending, int64(0)
+	if i == len(b.levels)-1 {
+		state = lease.StateHeld
+		var err error
+		if fence, err = s.takeFences(ctx, b.doc.Resource, 1, holdSample{}); err != nil {
+			return s.abandon(ctx, b.doc, err)
+		}
+	}
+	update := bson.D{{Key: "$set", Value: b.stateSet(state, fence)}, {Key: "$addToSet", Value: bson.D{{Key: "levels", Value: l.key}}}}
+	if borrowed {
+		update = b.borrowing(update, i)
+	}
+	res, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "state", Value: string(lease.StatePending)}}, update)
+	if err != nil {
+		return s.abandon(ctx, b.doc, unavailable("booking "+l.key, err))
+	}
+	if res.MatchedCount == 0 {
+		// Released under the booking (reaped, its pod gone): its give-back may have run
+		// before the entry was written, so the entry goes here, and the attempt is refused.
+		return s.abandon(ctx, b.doc, &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap})
+	}
+	b.doc.Levels, b.doc.Fence = append(b.doc.Levels, l.key), fence
+	if err := s.fault(StepLevelPushed, l.key); err != nil {
+		return s.abandon(ctx, b.doc, unavailable("acquiring "+b.doc.Resource, err))
+	}
+	return nil
+}
+
+// stateSet is the $set of a write that records a level: the holder's new state, with the
+// fence of a grant.
+func (b *funnelRun) stateSet(state lease.HolderState, fence int64) bson.D {
 	set := bson.D{{Key: "state", Value: string(state)}}
 	if fence > 0 {
 		set = append(set, bson.E{Key: "fence", Value: fence})
 	}
-	if i+1 < len(b.levels) {
-		b.doc.IncKey = b.levels[i+1].key
-		return bson.D{{Key: "$set", Value: append(set, bson.E{Key: "incKey", Value: b.doc.IncKey})}}
+	return set
+}
+
+// refuse ends an attempt refused at level i that may not wait: the holder goes, and with
+// it what it booked. One refused at its first level booked nothing: its document is deleted,
+// one write.
+func (b *funnelRun) refuse(ctx context.Context, i int, busy *lease.BusyError) error {
+	if i == 0 && b.store.dropUnbooked(ctx, b.doc.ID) {
+		return busy
 	}
-	b.doc.IncKey = ""
-	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}}
+	return b.store.abandon(ctx, b.doc, busy)
 }
 
 // createHolder writes the holder by upsert, PENDING or already WAITING in its first level's
@@ -273,11 +310,9 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 		{Key: "payload", Value: doc.Payload},
 		{Key: "ttlSeconds", Value: doc.TTLSeconds},
 		{Key: "levels", Value: doc.Levels},
+		{Key: "keys", Value: doc.Keys},
 	}
 	dates := bson.D{{Key: "acquiredAt", Value: true}, {Key: "lastSeenAt", Value: true}}
-	if doc.IncKey != "" {
-		set = append(set, bson.E{Key: "incKey", Value: doc.IncKey})
-	}
 	if doc.WaitKey != "" { // created in a line (Acquire's queue)
 		set = append(set, bson.E{Key: "waitKey", Value: doc.WaitKey}, bson.E{Key: "waitCap", Value: doc.WaitCap}, bson.E{Key: "waitExp", Value: doc.WaitExp},
 			bson.E{Key: "origin", Value: doc.Origin}, bson.E{Key: "grantState", Value: doc.GrantState})
@@ -302,106 +337,11 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 	return nil
 }
 
-// incrementAttempts bounds how often one level retries its conditional update when it
-// missed but the counter then showed room (a concurrent release or first use in between).
-const incrementAttempts = 3
-
-// increment books one slot of a counter: a conditional $inc without upsert. On a miss it
-// reads the counter: a counter at its cap is busy (count is returned for the diagnosis); a
-// missing counter is created with a pure _id upsert (count 0), and the conditional update
-// runs again, as it does when the counter shows room after all. A duplicate key on the
-// upsert means a concurrent first use created it: that is "exists", never busy.
-func (s *Store) increment(ctx context.Context, l funnelLevel, resource, tenant string) (ok bool, count int, err error) {
-	filter := bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: l.Cap}}}}
-	update := countBy(1)
-	for range incrementAttempts {
-		res, err := s.counters.UpdateOne(ctx, filter, update)
-		if err != nil {
-			return false, 0, unavailable("incrementing "+l.key, err)
-		}
-		if res.MatchedCount == 1 {
-			return true, 0, nil
-		}
-		var c counterDoc
-		err = s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: l.key}}).Decode(&c)
-		switch {
-		case err == nil:
-			if c.Count >= l.Cap {
-				return false, c.Count, nil
-			}
-			continue
-		case !errors.Is(err, mongo.ErrNoDocuments):
-			return false, 0, unavailable("reading counter "+l.key, err)
-		}
-		if err := s.createCounter(ctx, l, resource, tenant); err != nil {
-			return false, 0, err
-		}
-	}
-	// Room seen but every attempt missed (heavy churn): report busy with the last count, so
-	// the caller waits and tries again rather than spinning here.
-	c, err := s.count(ctx, l.key)
-	return false, c, err
-}
-
-// createCounter creates a missing counter with count 0 by a pure _id upsert.
-func (s *Store) createCounter(ctx context.Context, l funnelLevel, resource, tenant string) error {
-	counterTenant := tenant
-	if l.Level == lease.LevelGlobal {
-		counterTenant = ""
-	}
-	create := bson.D{
-		{Key: "$setOnInsert", Value: bson.D{
-			{Key: "resource", Value: resource},
-			{Key: "level", Value: string(l.Level)},
-			{Key: "scope", Value: l.scope},
-			{Key: "tenant", Value: counterTenant},
-			{Key: "count", Value: 0},
-			{Key: "rev", Value: 0},
-		}},
-		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-	}
-	_, err := s.counters.UpdateOne(ctx, bson.D{{Key: "_id", Value: l.key}}, create, options.UpdateOne().SetUpsert(true))
-	if err != nil && !mongo.IsDuplicateKeyError(err) {
-		return unavailable("creating counter "+l.key, err)
-	}
-	return nil
-}
-
-// countBy is the update that moves a counter's count by n: its rev goes up with it, and its
-// updatedAt is the server's time.
-func countBy(n int, more ...bson.E) bson.D {
-	u := bson.D{
-		{Key: "$inc", Value: bson.D{{Key: "count", Value: n}, {Key: "rev", Value: 1}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-	}
-	return append(u, more...)
-}
-
-func (s *Store) count(ctx context.Context, key string) (int, error) {
-	var c counterDoc
-	err := s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&c)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return 0, nil
-	case err != nil:
-		return 0, unavailable("reading counter "+key, err)
-	}
-	return c.Count, nil
-}
-
-// abandon rolls back a failed attempt: it releases the holder and, only if it was the one
-// that released it, gives back the levels the holder had registered plus the keys incremented
-// but not (surely) pushed. If a reaper released the holder first, the reaper gave back the
-// registered levels; a pending key, which no holder counts any more, is left to Heal (asked
-// here). A simulated crash abandons nothing. It returns cause, or the rollback's own error
-// joined to it.
-func (s *Store) abandon(ctx context.Context, token string, pending []string, cause error) error {
-	return s.abandonAt(ctx, token, pending, "", cause)
-}
-
-// abandonAt is abandon of an attempt whose last increment, of the counter settled, was
-// refused: that counter needs no Heal.
-func (s *Store) abandonAt(ctx context.Context, token string, pending []string, settled string, cause error) error {
+// abandon rolls back a failed attempt: the holder is released and every entry it has is
+// given back (releaseHolder; each removal is conditional on the entry, so what a reaper gave
+// back already is not given twice). A simulated crash abandons nothing. It returns cause, or
+// the rollback's own error joined to it.
+func (s *Store) abandon(ctx context.Context, doc holderDoc, cause error) error {
 	if errors.Is(cause, ErrCrash) {
 		return cause
 	}
@@ -409,11 +349,11 @@ func (s *Store) abandonAt(ctx context.Context, token string, pending []string, s
 	// slot for a whole TTL.
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, pending, settled)
+	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: doc.ID}}, nil)
 	if !ok && err == nil {
-		for _, k := range pending {
-			s.healAfter(ctx, k)
-		}
+		// Released already, by a reaper whose give-back may have run before this attempt's
+		// last entry was written: that entry goes now.
+		err = s.giveBack(ctx, doc.Keys, doc.PID, holdSample{}, false)
 	}
 	if err != nil {
 		return errors.Join(cause, err)
@@ -421,9 +361,9 @@ func (s *Store) abandonAt(ctx context.Context, token string, pending []string, s
 	return cause
 }
 
-// dropUnbooked deletes the holder of an attempt refused at its first level, which counts no
-// slot and so needs no release mark: one delete, as a refusal cost before marks. false when
-// the holder is no longer as created (then abandonAt releases it).
+// dropUnbooked deletes the holder of an attempt refused at its first level, which booked
+// nothing: one delete. false when the holder is no longer as created (then abandon
+// releases it).
 func (s *Store) dropUnbooked(ctx context.Context, token string) bool {
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()

@@ -3,8 +3,6 @@ package leasestore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -63,21 +61,16 @@ func (b *funnelRun) globalHasRoom(ctx context.Context, i int) (bool, error) {
 	return c.Count < g.Cap && !c.Lined, nil
 }
 
-// borrowAt tries to book the tenant level i above its cap, the holder naming it in IncKey
-// already (the funnel writes the next counter before it increments it). ok: the slot is
-// booked and is borrowed.
+// borrowAt tries to book the tenant level i above its cap, its entry marked borrowed. ok:
+// the slot is booked and is borrowed.
 func (b *funnelRun) borrowAt(ctx context.Context, i int) (ok bool, err error) {
 	room, err := b.globalHasRoom(ctx, i)
 	if err != nil || !room {
 		return false, err
 	}
 	l := b.levels[i]
-	res, err := b.store.counters.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: b.borrowLimit(i)}}}}, countBy(1))
-	if err != nil {
-		return false, unavailable("borrowing on "+l.key, err)
-	}
-	return res.MatchedCount == 1, nil
+	ok, _, err = b.store.book(ctx, l, b.doc.Resource, b.doc.Tenant, b.doc.PID, b.borrowLimit(i), slotDoc{Borrowed: true})
+	return ok, err
 }
 
 // borrowing adds the borrowed slot of level i to the $set of the write that books it.
@@ -101,91 +94,63 @@ func setting(update bson.D, fields ...bson.E) bson.D {
 // unborrow follows a refusal at the global level of a holder whose tenant level ti is above
 // its cap: a borrower (its slot is marked), or any other holder of the tenant (unmarked: a
 // waiter of the tenant's line handed a slot freed while the tenant was above its cap, or an
-// acquisition that booked within the cap before a borrower went above it; its tenant counter
-// is read to know). It gives the tenant slot back and waits in the tenant level's line,
-// keeping its place, so that the global line holds only waiters within their tenant caps and
-// a reclaimed slot goes to the waiter that reclaimed it. The holder names the slot in IncKey
-// from the write that drops it from its levels until the write that queues it (or books it
-// again), so that a crash in between leaves a slot Heal can account for. claimed is true when
-// the holder booked the tenant level again after all (within its cap); kept is true when its
-// tenant was within its cap after all, and the holder keeps its slot (unmarked) and waits at
-// the global level.
-func (b *funnelRun) unborrow(ctx context.Context, ti int) (claimed, kept bool, err error) {
-	s, token, l := b.store, b.doc.ID, b.levels[ti]
-	marked := b.doc.BorrowKey == l.key
-	if !marked {
-		c, err := s.count(ctx, l.key)
-		if err != nil {
-			return false, false, s.abandon(ctx, token, nil, err)
-		}
-		if c <= l.Cap {
-			return false, true, nil
-		}
-	}
+// acquisition that booked within the cap before a borrower went above it). It removes its
+// tenant entry, on the condition that the tenant counter is above the cap, and waits in the
+// tenant level's line, keeping its place, so that the global line holds only waiters within
+// their tenant caps and a reclaimed slot goes to the waiter that reclaimed it. again is true
+// when the holder booked the tenant level again after all (within its cap); kept is true when
+// its tenant was within its cap after all, and the holder keeps its slot (unmarked) and waits
+// at the global level.
+func (b *funnelRun) unborrow(ctx context.Context, ti int) (again, kept bool, err error) {
+	s, l := b.store, b.levels[ti]
 	what := "returning the slot above the cap of " + l.key
-	mark := bson.E{Key: "borrowKey", Value: l.key}
-	if !marked {
-		mark.Value = bson.D{{Key: "$exists", Value: false}}
+	if err := s.fault(StepUnborrowed, l.key); err != nil {
+		return false, false, s.abandon(ctx, b.doc, unavailable(what, err))
 	}
-	res, err := s.holders.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, mark},
+	// Above the cap, the slot is nobody's in the tenant's line: it is removed, only while
+	// the count is above the cap: two holders of the tenant that both saw it one above give
+	// back one slot, not two (the count never dips below the cap while the tenant's line
+	// waits, where a newcomer could take the slot ahead of it).
+	res, err := s.counters.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: l.key}, {Key: slotField(b.doc.PID), Value: entryPresent}, {Key: "count", Value: bson.D{{Key: "$gt", Value: l.Cap}}}},
+		removal(b.doc.PID))
+	switch {
+	case err != nil:
+		return false, false, s.abandon(ctx, b.doc, unavailable(what, err))
+	case res.MatchedCount == 0:
+		return false, true, nil // within the cap after all
+	}
+	res, err = s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "state", Value: string(lease.StatePending)}},
 		bson.D{
 			{Key: "$pull", Value: bson.D{{Key: "levels", Value: l.key}}},
-			{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}},
 			{Key: "$unset", Value: bson.D{{Key: "borrowKey", Value: ""}, {Key: "borrowCap", Value: ""}}},
 		})
 	switch {
 	case err != nil:
-		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
+		return false, false, s.abandon(ctx, b.doc, unavailable(what, err))
 	case res.MatchedCount == 0:
-		return false, false, unavailable(what, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+		return false, false, s.abandon(ctx, b.doc, &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap})
 	}
-	levels := b.doc.Levels
 	b.doc.Levels = slices.DeleteFunc(slices.Clone(b.doc.Levels), func(k string) bool { return k == l.key })
-	b.doc.BorrowKey, b.doc.BorrowCap, b.doc.IncKey = "", 0, l.key
-	if err := s.fault(StepUnborrowed, l.key); err != nil {
-		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
-	}
-	// Above the cap, the slot is nobody's in the tenant's line: it goes to the counter, only
-	// while the count is above the cap: two holders of the tenant that both saw it one above
-	// give back one slot, not two (the count never dips below the cap while the tenant's line
-	// waits, where a newcomer could take the slot ahead of it).
-	res, err = s.counters.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$gt", Value: l.Cap}}}}, countBy(-1))
-	if err != nil {
-		return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
-	}
-	if res.MatchedCount == 0 {
-		// Within the cap after all: the holder books the slot again (unmarked) and waits at
-		// the global level.
-		res, err := s.holders.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "incKey", Value: l.key}},
-			bson.D{{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
-		switch {
-		case err != nil:
-			return false, false, s.abandon(ctx, token, nil, unavailable(what, err))
-		case res.MatchedCount == 0:
-			return false, false, unavailable(what, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
-		}
-		b.doc.Levels, b.doc.IncKey = levels, ""
-		return false, true, nil
-	}
+	b.doc.BorrowKey, b.doc.BorrowCap = "", 0
 	busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}
-	claimed, err = b.wait(ctx, l, busy)
-	return claimed, false, err
+	again, err = b.wait(ctx, l, busy)
+	return again, false, err
 }
 
-// giveBackBorrowed returns the slot a released holder borrowed at key: to the first live
-// waiter of the tenant's line, which takes the mark with it (its tenant is still above its
-// cap by that slot), or to the counter.
-func (s *Store) giveBackBorrowed(ctx context.Context, key string, borrowCap int) error {
+// giveBackBorrowed gives back the slot a released holder pid borrowed at key: to the first
+// live waiter of the tenant's line, which takes the mark with it (its tenant is still above
+// its cap by that slot), or removed.
+func (s *Store) giveBackBorrowed(ctx context.Context, key, pid string, borrowCap int) (given int, err error) {
 	r, _, _ := strings.Cut(key, "|")
-	rest, err := s.handOverMarked(ctx, r, []string{key}, holdSample{},
+	rest, err := s.handOverOf(ctx, r, []string{key}, pid, holdSample{},
 		bson.D{{Key: "borrowKey", Value: key}, {Key: "borrowCap", Value: borrowCap}})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return s.decrementUnlined(ctx, rest)
+	n, err := s.unbook(ctx, rest, pid, false)
+	return 1 - len(rest) + n, err
 }
 
 // markedHolder is a held holder marked borrowed, as a read of the holders saw it.
@@ -256,22 +221,25 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 	if err != nil || len(docs) == 0 {
 		return lease.Holder{}, false, err
 	}
-	counts, err := s.countsOf(ctx, docs)
+	counters, err := s.countersOf(ctx, docs)
 	if err != nil {
 		return lease.Holder{}, false, err
 	}
-	live, err := s.liveBookings(ctx, req.Resource, slices.Collect(maps.Keys(counts)))
+	live, err := s.liveEntries(ctx, counters)
 	if err != nil {
 		return lease.Holder{}, false, err
+	}
+	counts := map[string]int{}
+	for _, c := range counters {
+		counts[c.ID] = c.Count
 	}
 	// docs are newest first: per borrowed counter, the first n-cap of them stand for the
-	// slots above the cap; a further mark is stale, and is not taken. n is the count, or the
-	// holders not being released that book the counter when fewer, read after it: a holder
-	// another reclaim (or release) is revoking still counts at the counter until its slot is
-	// given back, and taking the count at its word then revoked a second holder for the one
-	// slot above the cap, leaving the tenant below it. Marks at a counter back within its cap
-	// are dropped (staleAt), judged on the count alone (dropping a mark wrongly is the risk
-	// there, so the larger number is the safe one).
+	// slots above the cap; a further mark is stale, and is not taken. n is the counter's
+	// entries whose holders are not being released: a holder another reclaim (or release) is
+	// revoking keeps its entry until its give-back, and counting it revoked a second holder
+	// for the one slot above the cap, leaving the tenant below it. Marks at a counter back
+	// within its cap are dropped (staleAt), judged on the count alone (dropping a mark wrongly
+	// is the risk there, so the larger number is the safe one).
 	above := map[string]int{}
 	var stale []string
 	var victim *holderDoc
@@ -297,7 +265,7 @@ func (s *Store) Reclaim(ctx context.Context, req ReclaimRequest) (lease.Holder, 
 	}
 	h, ok, err := s.releaseHolder(ctx, bson.D{
 		{Key: "_id", Value: victim.ID}, {Key: "state", Value: string(lease.StateHeld)}, {Key: "borrowKey", Value: victim.BorrowKey},
-	}, nil, "")
+	}, nil)
 	if ok {
 		h.ReclaimedFor = req.Tenant + " waiter " + req.For
 	}
@@ -324,42 +292,38 @@ func (s *Store) borrowers(ctx context.Context, resource, tenant string) ([]holde
 	return docs, nil
 }
 
-// liveBookings counts, per counter key of resource, the holders that book it and are not being
-// released, in one round trip (the resource selects them by index). A holder that names a key
-// only in incKey (between a counter's write and its own) is not counted: a reclaim then sees
-// fewer slots above the cap, and revokes less, never more.
-func (s *Store) liveBookings(ctx context.Context, resource string, keys []string) (map[string]int, error) {
-	out := make(map[string]int, len(keys))
-	if len(keys) == 0 {
+// liveEntries counts, per counter, the entries whose holders are not being released, in one
+// round trip (the holders being released among those the entries name).
+func (s *Store) liveEntries(ctx context.Context, counters []counterDoc) (map[string]int, error) {
+	var pids []string
+	for _, c := range counters {
+		pids = append(pids, c.entries()...)
+	}
+	out := make(map[string]int, len(counters))
+	if len(pids) == 0 {
 		return out, nil
 	}
-	cur, err := s.holders.Find(ctx, bson.D{
-		{Key: "resource", Value: resource},
-		notReleased,
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "levels", Value: bson.D{{Key: "$in", Value: keys}}}},
-			bson.D{{Key: "grantKey", Value: bson.D{{Key: "$in", Value: keys}}}},
-		}},
-	}, options.Find().SetProjection(bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}}))
+	docs, err := s.findHolders(ctx, bson.D{{Key: "pid", Value: bson.D{{Key: "$in", Value: pids}}}, {Key: "state", Value: stateReleased}},
+		bson.D{{Key: "pid", Value: 1}})
 	if err != nil {
-		return nil, unavailable("reading the holders of the borrowed counters", err)
+		return nil, err
 	}
-	var docs []holderDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, unavailable("reading the holders of the borrowed counters", err)
-	}
+	released := map[string]bool{}
 	for _, d := range docs {
-		for _, k := range d.booked() {
-			if slices.Contains(keys, k) {
-				out[k]++
+		released[d.PID] = true
+	}
+	for _, c := range counters {
+		for p := range c.Slots {
+			if !released[p] {
+				out[c.ID]++
 			}
 		}
 	}
 	return out, nil
 }
 
-// countsOf reads the counts of the counters the holders borrowed at, in one round trip.
-func (s *Store) countsOf(ctx context.Context, docs []holderDoc) (map[string]int, error) {
+// countersOf reads the counters the holders borrowed at, in one round trip.
+func (s *Store) countersOf(ctx context.Context, docs []holderDoc) ([]counterDoc, error) {
 	var keys bson.A
 	for _, d := range docs {
 		if !slices.Contains(keys, any(d.BorrowKey)) {
@@ -367,7 +331,7 @@ func (s *Store) countsOf(ctx context.Context, docs []holderDoc) (map[string]int,
 		}
 	}
 	cur, err := s.counters.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}},
-		options.Find().SetProjection(bson.D{{Key: "count", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "count", Value: 1}, {Key: "slots", Value: 1}}))
 	if err != nil {
 		return nil, unavailable("reading the borrowed counters", err)
 	}
@@ -375,9 +339,5 @@ func (s *Store) countsOf(ctx context.Context, docs []holderDoc) (map[string]int,
 	if err := cur.All(ctx, &cs); err != nil {
 		return nil, unavailable("reading the borrowed counters", err)
 	}
-	out := make(map[string]int, len(cs))
-	for _, c := range cs {
-		out[c.ID] = c.Count
-	}
-	return out, nil
+	return cs, nil
 }

@@ -125,7 +125,7 @@ func TestEveryBorrowingCrashWindowHeals(t *testing.T) {
 		crashAt   func(w *crashWorld)
 	}{
 		{
-			name: "borrowed increment at an acquisition", step: leasestore.StepCounterIncremented, keyPrefix: tenantKey("a"),
+			name: "borrowed booking at an acquisition", step: leasestore.StepBooked, keyPrefix: tenantKey("a"),
 			recover: recoverPDF, resource: "pdf", keys: pdfKeys, want: 6, global: pdfGlobal, globalCap: 6,
 			crashAt: func(w *crashWorld) {
 				w.hold(pdf("a", 0))
@@ -136,7 +136,7 @@ func TestEveryBorrowingCrashWindowHeals(t *testing.T) {
 			},
 		},
 		{
-			name: "borrowed increment at a waiter's look", step: leasestore.StepClaimIncremented, keyPrefix: tenantKey("a"),
+			name: "borrowed booking at a waiter's look", step: leasestore.StepClaimBooked, keyPrefix: tenantKey("a"),
 			recover: recoverPDF, resource: "pdf", keys: pdfKeys, want: 6, global: pdfGlobal, globalCap: 6,
 			crashAt: func(w *crashWorld) {
 				for _, tenant := range []string{"a", "b", "c"} {
@@ -227,14 +227,14 @@ func TestEveryBorrowingCrashWindowHeals(t *testing.T) {
 					t.Fatalf("releasing the survivor's %s: %v", lease.HolderID(token), err)
 				}
 			}
-			// A refusal asks for the sweep of the resource and the heal of its levels, as the
+			// A refusal asks for the sweep of the resource and the repair of its levels, as the
 			// service does.
 			tend := func() {
 				if _, err := healer.SweepIdle(ctx, tc.resource); err != nil {
 					t.Error(err)
 				}
 				for _, k := range tc.keys {
-					if _, err := healer.Heal(ctx, k); err != nil {
+					if _, err := healer.Repair(ctx, k); err != nil {
 						t.Error(err)
 					}
 				}

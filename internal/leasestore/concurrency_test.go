@@ -15,6 +15,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
 // ledger is the test's own record of who holds what: a holder is counted from the moment
@@ -94,21 +95,19 @@ func TestConcurrencyInvariant(t *testing.T) {
 	}
 	db := mongotest.DatabaseName(t)
 	const clients, workers = 4, 32
-	// Releases sometimes crash between delete and decrement (real drift, which reconcile
-	// must lower during the run) and otherwise pause there: the window in which a reconcile
-	// that lowered on one look would take the slot back twice. A quarter of them hold the
-	// decrement until a whole reconcile pass has run inside the window (bounded well below
-	// the confirmation delay, which is what the fix relies on), so that such a reconcile
-	// does lower there and the freed slot is taken twice, which the ledger sees.
-	var crashed, paused, spanned, lowered, passes atomic.Int64
-	var forceCrash atomic.Bool
+	// Releases sometimes crash between their mark and their give-back (the sweep does the
+	// give-back again once the released holder expires) and otherwise pause there: the
+	// window in which a repair that took the released holder's entries for lost would give
+	// the slot back twice. A quarter of them hold the give-back until a whole reconcile pass
+	// has run inside the window, which the ledger and the sampler would see.
+	var crashed, paused, spanned, repaired, passes atomic.Int64
 	var releasing sync.Map // tokens whose Release is running (not rollbacks, not reaps)
 	fault := func(step leasestore.Step, token string) error {
 		if _, ok := releasing.Load(token); !ok || step != leasestore.StepHolderReleased {
 			return nil
 		}
 		switch n := rand.IntN(100); {
-		case n < 5 || forceCrash.Load():
+		case n < 5:
 			crashed.Add(1)
 			return leasestore.ErrCrash
 		case n < 30:
@@ -129,13 +128,10 @@ func TestConcurrencyInvariant(t *testing.T) {
 	}
 	stores := make([]*leasestore.Store, clients)
 	for i := range stores {
-		// Correctness, not latency, is under test: a generous operation timeout keeps a
-		// loaded machine from turning slowness into failures. The reconcile margin and
-		// confirmation delay are short so that reconcile lowers counters within the run;
-		// the confirmation delay stays well above the longest release window.
-		stores[i] = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(0),
-			leasestore.WithReconcileConfirm(reconcileConfirm), leasestore.WithOpTimeout(time.Minute),
-			leasestore.WithFault(fault))
+		// Correctness, not latency, is under test: the default operation timeout keeps a
+		// loaded machine from turning slowness into failures, and a crashed release's
+		// holder expires within the run.
+		stores[i] = newStoreAt(t, uri, db, leasestore.WithSafetyMargin(0), leasestore.WithFault(fault))
 	}
 
 	// Two resources; caps 1-3 at every level; tenants, projects and users drawn from small sets.
@@ -160,27 +156,20 @@ func TestConcurrencyInvariant(t *testing.T) {
 
 	l := &ledger{held: map[string]int{}, caps: map[string]int{}, peaks: map[string]int{}}
 	var ops, acquired, busy, lost atomic.Int64
-	// A drift from the start (a release that crashed before its decrement, on a resource of
-	// its own) gives reconcile an excess to lower during the run whatever the load.
-	seed := request("seed", "acme", "p1", "ann", allCaps(1, 1, 1, 1))
-	seeded := mustAcquire(t, stores[1], seed)
-	releasing.Store(seeded.Token, true)
-	crashed.Add(-1) // counted below by the fault hook; this one is not a worker's
-	forceCrash.Store(true)
-	if _, err := stores[1].Release(context.Background(), seeded.Token); !errors.Is(err, leasestore.ErrCrash) {
+	// A drift from the start (an entry whose holder is gone, on a resource of its own) gives
+	// reconcile an entry to remove during the run whatever the load.
+	if err := storetest.LateEntry(context.Background(), uri, db, key("seed", lease.LevelGlobal, "acme", "p1", "ann"), "lh-00000000000000000000dead"); err != nil {
 		t.Fatalf("seeding a drift: %v", err)
 	}
-	forceCrash.Store(false)
-	releasing.Delete(seeded.Token)
 
-	// The run lasts the duration, and longer (up to 6 times) until reconcile has lowered a
+	// The run lasts the duration, and longer (up to 6 times) until reconcile has repaired a
 	// counter while the workers run: on a loaded machine a pass takes seconds.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
 	go func() {
 		for ctx.Err() == nil {
-			if d := time.Since(start); d >= duration && (lowered.Load() > 0 || d >= 6*duration) {
+			if d := time.Since(start); d >= duration && (repaired.Load() > 0 || d >= 6*duration) {
 				cancel()
 				return
 			}
@@ -199,6 +188,9 @@ func TestConcurrencyInvariant(t *testing.T) {
 				r := resources[rng.IntN(len(resources))]
 				tenant, project, user := tenants[rng.IntN(2)], projects[rng.IntN(2)], users[rng.IntN(3)]
 				req := request(r.name, tenant, project, user, r.caps)
+				// A release that crashes leaves its lease to the idle reap: its TTL is short
+				// enough for the run's end, and long above a hold (300 ms at most, touched).
+				req.TTL = 3 * time.Second
 				req.Pod = lease.PodRef{Namespace: "ns", Name: uniq("pod-", w%clients), UID: uniq("uid-", w%clients)}
 				mode := rng.IntN(10)
 				switch mode {
@@ -242,7 +234,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // real time: random holds of the stress workload on the store
 				l.remove(h.Levels)
 				releasing.Store(h.Token, true)
-				if ok, err := s.Release(context.Background(), h.Token); (err != nil && !errors.Is(err, leasestore.ErrCrash)) || !ok {
+				if ok, err := s.Release(context.Background(), h.Token); (err != nil && !errors.Is(err, leasestore.ErrCrash)) || (!ok && err == nil) {
 					t.Errorf("release = %v, %v", ok, err)
 				}
 				releasing.Delete(h.Token)
@@ -276,7 +268,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 					if err != nil {
 						t.Errorf("reconcile: %v", err)
 					}
-					lowered.Add(int64(res.Lowered))
+					repaired.Add(int64(res.Repaired))
 					passes.Add(1)
 				}
 				time.Sleep(50 * time.Millisecond) // real time: pacing the reconciler of the stress run
@@ -324,7 +316,8 @@ func TestConcurrencyInvariant(t *testing.T) {
 
 	// At rest: reap what was abandoned, then every counter equals its booked holders (no
 	// reconcile involved) and nothing is held.
-	// The abandoned holders expire one TTL (1 s) after their acquire; reap until none is left.
+	// The abandoned holders expire one TTL (1 s) after their acquire, those whose release
+	// crashed 3 s after their last touch; reap until none is left.
 	rest := context.Background()
 	var hs []lease.Holder
 	for deadline := time.Now().Add(15 * time.Second); ; {
@@ -345,8 +338,7 @@ func TestConcurrencyInvariant(t *testing.T) {
 	if len(hs) != 0 {
 		t.Errorf("%d holders left at rest: %+v", len(hs), hs)
 	}
-	// The crashed releases left counters above what is booked: reconcile lowers them once it
-	// has seen them unchanged for the confirmation delay.
+	// Nothing is left to repair: a crashed release's give-back was done again by the sweep.
 	for deadline := time.Now().Add(15 * time.Second); drifted(t, stores[0]) && time.Now().Before(deadline); {
 		if _, err := stores[0].Reconcile(rest); err != nil {
 			t.Fatal(err)
@@ -362,14 +354,14 @@ func TestConcurrencyInvariant(t *testing.T) {
 	}
 	t.Logf("%v: %d operations, %d acquired, %d busy, %d counter samples; %d of %d counters reached their cap; "+
 		"%d releases crashed, %d paused before the decrement (%d across a whole reconcile pass); "+
-		"reconcile ran %d passes and lowered %d counters during the run",
+		"reconcile ran %d passes and removed %d entries of gone holders during the run",
 		duration, ops.Load(), acquired.Load(), busy.Load(), samples.Load(), full, len(l.peaks),
-		crashed.Load(), paused.Load(), spanned.Load(), passes.Load(), lowered.Load())
+		crashed.Load(), paused.Load(), spanned.Load(), passes.Load(), repaired.Load())
 	if busy.Load() == 0 || full == 0 {
 		t.Errorf("the run never filled a level: the invariant was not exercised")
 	}
-	if lowered.Load() == 0 {
-		t.Errorf("reconcile never lowered a counter during the run: its overbooking window was not exercised")
+	if repaired.Load() == 0 {
+		t.Errorf("reconcile never removed an entry during the run: the repair was not exercised")
 	}
 	if spanned.Load() == 0 {
 		t.Errorf("no release window spanned a whole reconcile pass: its overbooking window was not exercised")
@@ -377,13 +369,10 @@ func TestConcurrencyInvariant(t *testing.T) {
 }
 
 const (
-	// releasePause widens the window between a release's delete and its decrement.
+	// releasePause widens the window between a release's mark and its give-back.
 	releasePause = 150 * time.Millisecond
 	// maxReleaseWindow bounds how long a release waits there for a reconcile pass.
 	maxReleaseWindow = 2 * time.Second
-	// reconcileConfirm is the stores' confirmation delay: above any release window, as the
-	// fix requires of the operation timeout in production (twice of it by default).
-	reconcileConfirm = 2*maxReleaseWindow + time.Second
 )
 
 // drifted reports whether a counter differs from the holders that book it.

@@ -2,76 +2,42 @@ package leasestore
 
 import "time"
 
-// counterAction is what reconcile does with one counter.
-type counterAction int
-
-// The reconcile decisions, in the order decideCounter tests them.
-const (
-	// actionNone: the count equals what is booked.
-	actionNone counterAction = iota
-	// actionSkip: the counter changed within the safety margin (an acquire or release may
-	// be in flight); left alone.
-	actionSkip
-	// actionConfirm: the count is above what is booked, and no earlier pass has seen this
-	// exact state for the confirmation delay; noted, lowered by a later pass.
-	actionConfirm
-	// actionDelete: nobody books it (a dormant counter, or a confirmed excess down to 0).
-	actionDelete
-	// actionLower: a confirmed excess; set the count to what is booked.
-	actionLower
-	// actionRaise: the count is below what is booked (a lost decrement cannot cause that,
-	// a lost counter write can); raising is safe at once.
-	actionRaise
-)
-
-// counterState is what one reconcile pass read of a counter.
+// counterState is what reconcile read of one counter, and which of its entries name a holder
+// that is gone (slots.go: checked by a read of the holders after the counter was read).
 type counterState struct {
 	Count     int
+	Entries   int
 	UpdatedAt time.Time
-	// Booked is the number of holders whose levels contain the counter.
-	Booked int
+	Lined     bool
+	// Gone are the entries whose holder document does not exist.
+	Gone []string
 }
 
 // reconcilePolicy is the timing a decision depends on.
 type reconcilePolicy struct {
 	// Now is the server's time at the start of the pass.
 	Now time.Time
-	// Margin: a counter changed within it is left alone.
+	// Margin: a counter without entries is deleted once unchanged this long.
 	Margin time.Duration
-	// Confirm: an excess is lowered only when seen unchanged this long.
-	Confirm time.Duration
 }
 
-// decideCounter is the reconcile decision for one counter (docs/operations.md, "Reconcile"):
-// skip a recent counter; raise at once; lower or delete only an excess that an earlier pass
-// saw in exactly this state (count, updatedAt, booked) at least Confirm before, because a
-// release deletes its holder before it decrements and a single look in between would return
-// its slot twice. previous is the earlier observation of this counter, if any. The returned
-// observation is to be remembered for the next pass when the action is actionConfirm.
-func decideCounter(c counterState, p reconcilePolicy, previous *lowering) (counterAction, lowering) {
-	if c.Count == c.Booked && c.Booked > 0 {
-		return actionNone, lowering{}
-	}
-	if !c.UpdatedAt.Before(p.Now.Add(-p.Margin)) {
-		return actionSkip, lowering{}
-	}
-	if c.Booked < c.Count {
-		obs := lowering{count: c.Count, updatedAt: c.UpdatedAt, want: c.Booked, seen: p.Now}
-		if previous != nil && previous.same(obs) {
-			obs.seen = previous.seen
-		} else {
-			return actionConfirm, obs
-		}
-		if p.Now.Sub(obs.seen) < p.Confirm {
-			return actionConfirm, obs
-		}
-	}
-	switch {
-	case c.Booked == 0:
-		return actionDelete, lowering{}
-	case c.Booked < c.Count:
-		return actionLower, lowering{}
-	default:
-		return actionRaise, lowering{}
-	}
+// counterDecision is what reconcile does with one counter: remove the entries of gone
+// holders, set the count to the number of entries (it never differs unless a writer that
+// does not keep them in step wrote it: an old version's agent), delete a counter nobody has
+// booked for the margin (the next booking creates it again).
+type counterDecision struct {
+	Remove   []string
+	FixCount bool
+	Delete   bool
+}
+
+// decideCounter is the reconcile decision for one counter (docs/operations.md, "Reconcile").
+// Every write it leads to is conditional on what was read (the entry; the count and
+// updatedAt), so a concurrent booking or give-back wins.
+func decideCounter(c counterState, p reconcilePolicy) counterDecision {
+	d := counterDecision{Remove: c.Gone}
+	live := c.Entries - len(c.Gone)
+	d.FixCount = len(c.Gone) == 0 && c.Count != c.Entries
+	d.Delete = live == 0 && len(c.Gone) == 0 && c.Count == 0 && !c.Lined && c.UpdatedAt.Before(p.Now.Add(-p.Margin))
+	return d
 }

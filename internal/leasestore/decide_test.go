@@ -8,47 +8,29 @@ import (
 )
 
 func TestDecideCounter(t *testing.T) {
-	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	old := now.Add(-time.Hour)
-	policy := reconcilePolicy{Now: now, Margin: time.Minute, Confirm: 10 * time.Second}
-	seenAt := func(d time.Duration, count, want int) *lowering {
-		return &lowering{count: count, updatedAt: old, want: want, seen: now.Add(-d)}
-	}
-	cases := map[string]struct {
-		c        counterState
-		previous *lowering
-		want     counterAction
-		keep     lowering
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	p := reconcilePolicy{Now: now, Margin: time.Minute}
+	old, recent := now.Add(-2*time.Minute), now.Add(-time.Second)
+	for _, tc := range []struct {
+		name string
+		c    counterState
+		want counterDecision
 	}{
-		"equal":                           {c: counterState{Count: 2, Booked: 2, UpdatedAt: old}, want: actionNone},
-		"equal but recent":                {c: counterState{Count: 2, Booked: 2, UpdatedAt: now}, want: actionNone},
-		"dormant counter, old":            {c: counterState{Count: 0, Booked: 0, UpdatedAt: old}, want: actionDelete},
-		"dormant counter, recent":         {c: counterState{Count: 0, Booked: 0, UpdatedAt: now.Add(-time.Second)}, want: actionSkip},
-		"below booked: raise at once":     {c: counterState{Count: 1, Booked: 2, UpdatedAt: old}, want: actionRaise},
-		"below booked but recent":         {c: counterState{Count: 1, Booked: 2, UpdatedAt: now.Add(-59 * time.Second)}, want: actionSkip},
-		"changed exactly at the cutoff":   {c: counterState{Count: 1, Booked: 2, UpdatedAt: now.Add(-time.Minute)}, want: actionSkip},
-		"written after the pass started":  {c: counterState{Count: 3, Booked: 1, UpdatedAt: now.Add(time.Second)}, want: actionSkip},
-		"excess, first look":              {c: counterState{Count: 2, Booked: 1, UpdatedAt: old}, want: actionConfirm, keep: lowering{count: 2, updatedAt: old, want: 1, seen: now}},
-		"excess, seen too recently":       {c: counterState{Count: 2, Booked: 1, UpdatedAt: old}, previous: seenAt(5*time.Second, 2, 1), want: actionConfirm, keep: lowering{count: 2, updatedAt: old, want: 1, seen: now.Add(-5 * time.Second)}},
-		"excess, confirmed: lower":        {c: counterState{Count: 2, Booked: 1, UpdatedAt: old}, previous: seenAt(10*time.Second, 2, 1), want: actionLower},
-		"excess to zero, confirmed":       {c: counterState{Count: 1, Booked: 0, UpdatedAt: old}, previous: seenAt(time.Minute, 1, 0), want: actionDelete},
-		"excess, booked changed since":    {c: counterState{Count: 2, Booked: 1, UpdatedAt: old}, previous: seenAt(time.Minute, 2, 0), want: actionConfirm, keep: lowering{count: 2, updatedAt: old, want: 1, seen: now}},
-		"excess, count changed since":     {c: counterState{Count: 2, Booked: 1, UpdatedAt: old}, previous: seenAt(time.Minute, 3, 1), want: actionConfirm, keep: lowering{count: 2, updatedAt: old, want: 1, seen: now}},
-		"excess to zero, first look":      {c: counterState{Count: 1, Booked: 0, UpdatedAt: old}, want: actionConfirm, keep: lowering{count: 1, updatedAt: old, want: 0, seen: now}},
-		"confirm 0 still needs two looks": {c: counterState{Count: 2, Booked: 1, UpdatedAt: old}, want: actionConfirm, keep: lowering{count: 2, updatedAt: old, want: 1, seen: now}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			p := policy
-			if name == "confirm 0 still needs two looks" {
-				p.Confirm = 0
-			}
-			got, keep := decideCounter(tc.c, p, tc.previous)
-			if got != tc.want {
-				t.Errorf("action = %d, want %d", got, tc.want)
-			}
-			if diff := cmp.Diff(tc.keep, keep, cmp.AllowUnexported(lowering{})); diff != "" {
-				t.Errorf("remembered observation (-want +got):\n%s", diff)
+		{"booked, in step", counterState{Count: 2, Entries: 2, UpdatedAt: old}, counterDecision{}},
+		{"an entry of a gone holder is removed, however recent",
+			counterState{Count: 2, Entries: 2, UpdatedAt: recent, Gone: []string{"lh-a"}}, counterDecision{Remove: []string{"lh-a"}}},
+		{"the last entry of a gone holder is removed; the counter is deleted by a later pass",
+			counterState{Count: 1, Entries: 1, UpdatedAt: old, Gone: []string{"lh-a"}}, counterDecision{Remove: []string{"lh-a"}}},
+		{"a count apart from its entries is set to them",
+			counterState{Count: 3, Entries: 2, UpdatedAt: recent}, counterDecision{FixCount: true}},
+		{"unused past the margin: deleted", counterState{UpdatedAt: old}, counterDecision{Delete: true}},
+		{"unused within the margin: kept", counterState{UpdatedAt: recent}, counterDecision{}},
+		{"unused but lined: kept (a waiter marked it)", counterState{UpdatedAt: old, Lined: true}, counterDecision{}},
+		{"a count above no entries is corrected, not deleted", counterState{Count: 1, UpdatedAt: old}, counterDecision{FixCount: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, decideCounter(tc.c, p)); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -19,13 +19,14 @@ import (
 // its successor.
 //
 // The numbers come from one document per resource in FencesCollection, taken by an atomic
-// $inc. Nothing deletes those documents (reconcile deletes and recreates counters, never
+// $inc. Nothing deletes those documents (reconcile deletes unused counters, never
 // fences), so a number is never given twice, whichever process, manager replica or restart.
 //
 // The order: a fence is taken while every slot the grant consists of is held, and the write
 // that grants records it. For an acquisition that books its last level itself, that is after
-// its last increment and before the write that makes it HELD; for a hand-over, the releaser
-// takes it while its release mark still holds the slot, before the write that hands it over.
+// its last booking and before the write that makes it HELD; for a hand-over, the releaser
+// takes it while its entry still holds the slot, before it names the waiter (with the fence)
+// and moves the entry.
 // So for any level with a cap of one, holders follow each other and so do their fences: the
 // next holder's fence is taken after the previous one's grant, because the slot was the
 // previous holder's until then.

@@ -10,21 +10,22 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
-// A release's one decrement of several counters, kept at those that are lined (a waiter
-// stands there), does not say which it kept; the lined flags read afterwards cannot tell
-// either, since other processes change them in between. What the release does next must
-// neither give a slot twice nor lose one. In these tests another process acts at the moment
-// between the decrement and what follows it (the fault step cold-decremented).
+// A release's one removal of its entries from several counters, kept at those that are lined
+// (a waiter stands there), does not say which it kept; the lined flags read afterwards cannot
+// tell either, since other processes change them in between. What the release does next must
+// neither give a slot twice nor lose one: it reads which counters still have its entry (the
+// entries, not the flags, say so). In these tests another process acts at the moment between
+// the removal and what follows it (the fault step given-back).
 
-// partialRelease returns a releaser whose release runs between at the fault step
-// cold-decremented (once), another process on the same database, and the caps used: a
+// partialRelease returns a releaser whose release runs between at the fault step given-back
+// (once), another process on the same database, and the caps used: a
 // project capped at 1, the global level at 2.
 func partialRelease(t *testing.T, between *func()) (releaser, other *leasestore.Store, uri, db string) {
 	t.Helper()
 	uri, db = newDatabase(t)
 	var once atomic.Bool
 	releaser = newStoreAt(t, uri, db, leasestore.WithFault(func(st leasestore.Step, _ string) error {
-		if st == leasestore.StepColdDecremented && *between != nil && once.CompareAndSwap(false, true) {
+		if st == leasestore.StepGivenBack && *between != nil && once.CompareAndSwap(false, true) {
 			(*between)()
 		}
 		return nil
@@ -40,11 +41,11 @@ func partialReq(project, user string) leasestore.AcquireRequest {
 	return r
 }
 
-// TestPartialDecrementLosesNoSlot: the kept key's line empties and another release clears its
-// flag before the releaser reads it. Handing over by the flags read then gave that slot back
-// nowhere: the global counter stayed at 1 with no holder. Now the keys the decrement may have
-// kept are healed once the release mark is gone.
-func TestPartialDecrementLosesNoSlot(t *testing.T) {
+// TestPartialGiveBackLosesNoSlot: the kept key's line empties and another release clears its
+// flag before the releaser reads it. Handing over by the flags read gave that slot back
+// nowhere (the global counter stayed at 1 with no holder); the entry the removal kept is
+// found and given back.
+func TestPartialGiveBackLosesNoSlot(t *testing.T) {
 	var between func()
 	releaser, other, _, _ := partialRelease(t, &between)
 	ctx := ctxT(t)
@@ -59,7 +60,7 @@ func TestPartialDecrementLosesNoSlot(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := releaser.Release(ctx, ann.Token); err != nil { // its project slot decremented, the global one kept
+	if _, err := releaser.Release(ctx, ann.Token); err != nil { // its project entry removed, the global one kept
 		t.Fatal(err)
 	}
 	for k, c := range counts(t, releaser) {
@@ -69,12 +70,12 @@ func TestPartialDecrementLosesNoSlot(t *testing.T) {
 	}
 }
 
-// TestPartialDecrementGivesNoSlotTwice: the decremented key's flag had been cleared while its
-// line stood (as when a waiter's place lapses for a moment); its first waiter looks between
-// the decrement and the read, takes the slot the decrement freed and marks the counter lined.
-// Handing over by the flags read then gave that slot a second time, to the next waiter: two
-// holders of a project capped at 1.
-func TestPartialDecrementGivesNoSlotTwice(t *testing.T) {
+// TestPartialGiveBackGivesNoSlotTwice: the key's flag had been cleared while its line stood
+// (as when a waiter's place lapses for a moment); its first waiter looks between the removal
+// and the read, takes the slot the removal freed and marks the counter lined. Handing over by
+// the flags read gave that slot a second time, to the next waiter: two holders of a project
+// capped at 1. The releaser's entry is gone from that counter, so it hands nothing there.
+func TestPartialGiveBackGivesNoSlotTwice(t *testing.T) {
 	var between func()
 	releaser, other, uri, db := partialRelease(t, &between)
 	ctx := ctxT(t)
@@ -94,7 +95,7 @@ func TestPartialDecrementGivesNoSlotTwice(t *testing.T) {
 			t.Errorf("eve's look: %v, want her waiting at the global level with the project slot", err)
 		}
 	}
-	if _, err := releaser.Release(ctx, ann.Token); err != nil { // its project slot decremented, the global one kept
+	if _, err := releaser.Release(ctx, ann.Token); err != nil { // its project entry removed, the global one kept
 		t.Fatal(err)
 	}
 	if c := counts(t, releaser)[pKey]; c[0] > 1 || c[1] > 1 {

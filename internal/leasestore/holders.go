@@ -68,39 +68,38 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 	return nil
 }
 
-// Release gives a lease back: the holder is released (releaseHolder) and its levels given
-// back. Only the one that released the holder gives its slots back, so release is idempotent
-// and safe against a concurrent reap; released is false when the holder was already gone.
+// Release gives a lease back: the holder is released (releaseHolder) and its entries given
+// back. Only the one that released the holder gives its entries back, so release is
+// idempotent and safe against a concurrent reap; released is false when the holder was
+// already gone.
 func (s *Store) Release(ctx context.Context, token string) (released bool, err error) {
-	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil, "")
+	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil)
 	return ok, err
 }
 
-// releaseHolder releases one holder matching filter and gives back what it booked, in two
-// writes on the caller's path: the holder is marked released (a findAndModify answering the
-// holder as it was; from then on it answers as gone everywhere), and its slots go to the next
-// waiters or back to their counters (giveBack), together with extra (keys incremented for it
-// but not recorded). The mark is deleted afterwards, off the path (marks.go). While the mark
-// lives Heal counts the holder's slots as booked, so a give-back in flight is never mistaken
-// for a slot nobody holds; a mark left by a crash expires an operation timeout (the longest a
-// give-back can take) and markMargin after it was written, and is deleted by the next sweep.
-//
-// A holder that named a counter it was about to increment (IncKey) may have left a slot there
-// that no holder counts once it is gone: Heal frees it, here, after the delete. settled names
-// an IncKey known not to have been incremented (a refused attempt), which needs no Heal.
+// releaseHolder releases one holder matching filter and gives back its entries, in two
+// writes on the caller's path when nobody waits: the holder is marked released (a
+// findAndModify answering the holder as it was; from then on it answers as gone everywhere),
+// and its entries are handed to the next waiters or removed (giveBack). Its document is
+// deleted afterwards, off the path (marks.go): a holder's document goes only after its
+// entries, so that the repair, which removes entries whose holder is gone, never removes a
+// live one (slots.go). A release that stops before the end (a crash) leaves a released holder
+// that expires an operation timeout and markMargin after it was written, and the sweep does
+// its give-back again (dropReleased).
 //
 // filter gets "not released" added unless it has a condition on state of its own (which
 // must then leave released holders out). ok is false when nothing matched. It runs to its end
 // whatever the caller's context (bounded by the operation timeout): a write cut mid-flight may
-// still apply, and its slots must come back.
-func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string, settled string) (lease.Holder, bool, error) {
+// still apply, and its slots must come back. gone is called with the holder once it is
+// released, before its give-back (the handed-over cache forgets it).
+func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(holderDoc)) (h lease.Holder, ok bool, err error) {
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 	if !slices.ContainsFunc(filter, func(e bson.E) bool { return e.Key == "state" }) {
 		filter = append(slices.Clip(filter), notReleased)
 	}
 	var doc holderDoc
-	err := s.holders.FindOneAndUpdate(ctx, filter, bson.D{
+	err = s.holders.FindOneAndUpdate(ctx, filter, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: stateReleased}, {Key: "ttlSeconds", Value: (s.cfg.opTimeout + markMargin).Seconds()}}},
 		{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
 	}).Decode(&doc)
@@ -110,41 +109,54 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, extra []string
 	case err != nil:
 		return lease.Holder{}, false, unavailable("releasing holder", err)
 	}
+	ok = true
 	s.takeHanded(lease.HolderID(doc.ID))
+	if gone != nil {
+		gone(doc)
+	}
 	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("releasing holder "+lease.HolderID(doc.ID), err)
 	}
-	keys := union(doc.booked(), extra)
-	borrowed := doc.BorrowKey != "" && slices.Contains(keys, doc.BorrowKey)
-	if borrowed { // given back last: its line's waiter goes on to the slots given back first
-		keys = slices.DeleteFunc(keys, func(k string) bool { return k == doc.BorrowKey })
-	}
-	if err := s.giveBack(ctx, keys, holdOf(doc)); err != nil {
+	_, err = s.giveBackAll(ctx, doc)
+	if err != nil {
 		return doc.holder(), true, err
 	}
-	if borrowed {
-		if err := s.giveBackBorrowed(ctx, doc.BorrowKey, doc.BorrowCap); err != nil {
-			return doc.holder(), true, err
+	if !s.dropMark(doc.ID) {
+		if err := s.deleteMark(ctx, doc.ID); err != nil {
+			return doc.holder(), ok, err
 		}
 	}
-	// A holder handed a slot of the counter it was incrementing itself (grantKey and IncKey
-	// alike) may have taken two: only one is in keys, so Heal looks at it too.
-	if k := doc.IncKey; k != "" && k != settled && !slices.Contains(extra, k) && !slices.Contains(doc.Levels, k) {
-		// Heal counts the mark's keys as maybe booked: the mark goes first.
-		if err := s.deleteMark(ctx, doc.ID); err != nil {
-			return doc.holder(), true, err
-		}
-		s.healAfter(ctx, k)
-	} else if !s.dropMark(doc.ID) {
-		if err := s.deleteMark(ctx, doc.ID); err != nil {
-			return doc.holder(), true, err
-		}
-	}
-	return doc.holder(), true, nil
+	return doc.holder(), ok, nil
 }
 
-// markMargin is how long a release mark outlives the operation timeout that bounds its
-// give-back: a decrement the network delivers late still lands before the sweep heals.
+// giveBackAll gives back every entry the released holder doc may have: at its levels, a slot
+// handed to it, and, unless it was held (then its levels are exactly its entries), every
+// other counter of its funnel. A borrowed slot goes last, so that its line's waiter goes on
+// to the slots given back first.
+func (s *Store) giveBackAll(ctx context.Context, doc holderDoc) (given int, err error) {
+	pid := doc.PID
+	if pid == "" {
+		pid = lease.HolderID(doc.ID)
+	}
+	exact := doc.State == string(lease.StateHeld)
+	keys := doc.booked()
+	if !exact {
+		keys = union(union(keys, doc.Keys), nonEmpty(doc.WaitKey))
+	}
+	borrowed := doc.BorrowKey != "" && slices.Contains(keys, doc.BorrowKey)
+	if borrowed {
+		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == doc.BorrowKey })
+	}
+	given, _, err = s.giveBackN(ctx, keys, pid, holdOf(doc), exact)
+	if err != nil || !borrowed {
+		return given, err
+	}
+	n, err := s.giveBackBorrowed(ctx, doc.BorrowKey, pid, doc.BorrowCap)
+	return given + n, err
+}
+
+// markMargin is how long a released holder outlives the operation timeout that bounds its
+// give-back before the sweep does the give-back again.
 const markMargin = time.Second
 
 // notReleased leaves out the holders being released (releaseHolder).
@@ -154,8 +166,8 @@ var notReleased = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: stateRe
 var liveLease = bson.E{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{string(lease.StateWaiting), stateReleased}}}}
 
 // ReapIdle deletes the holders of resource ("" for all) whose lastSeenAt + TTL lies before
-// the server's now, decrementing their counters, and returns them so that a dispatcher can
-// run their handlers; on an error, those deleted so far (the one whose decrement failed
+// the server's now, giving back their entries, and returns them so that a dispatcher can
+// run their handlers; on an error, those released so far (the one whose give-back failed
 // included). Each delete is a compare-and-delete on the lastSeenAt it read, so a
 // touch in between makes it miss.
 func (s *Store) ReapIdle(ctx context.Context, resource string) ([]lease.Holder, error) {
@@ -169,7 +181,7 @@ type IdleSweep struct {
 	Reaped []lease.Holder
 	// NextExpiry is how long after the sweep's read the first holder it left in place goes
 	// idle (as a touch would leave it); 0 when it left none. A waiter on a full level looks
-	// again then at the latest (docs/waiting.md, "Safety timer").
+	// again then at the latest (docs/waiting.md, "The safety look").
 	NextExpiry time.Duration
 }
 
@@ -193,7 +205,7 @@ func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, erro
 	err = eachDoc(ctx, s, s.holders, "reading holders", filter,
 		bson.D{
 			{Key: "_id", Value: 1}, {Key: "lastSeenAt", Value: 1}, {Key: "ttlSeconds", Value: 1},
-			{Key: "state", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "incKey", Value: 1},
+			{Key: "state", Value: 1},
 		}, nil,
 		func(c holderDoc) error {
 			switch at := c.idleAt(); {
@@ -279,7 +291,7 @@ func (s *Store) Revoke(ctx context.Context, token, tenant string) (lease.Holder,
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
 	}
-	return s.releaseHolder(ctx, filter, nil, "")
+	return s.releaseHolder(ctx, filter, nil)
 }
 
 // RevokeByID is Revoke by the public holder ID (docs/live-api.md, "Holder IDs").
@@ -288,7 +300,7 @@ func (s *Store) RevokeByID(ctx context.Context, id, tenant string) (lease.Holder
 	if tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: tenant})
 	}
-	return s.releaseHolder(ctx, filter, nil, "")
+	return s.releaseHolder(ctx, filter, nil)
 }
 
 // deleteAll deletes, one by one, the holders matching filter, and returns those it deleted,
@@ -300,9 +312,9 @@ func (s *Store) deleteAll(ctx context.Context, filter bson.D) ([]lease.Holder, e
 	}
 	var out []lease.Holder
 	for _, d := range docs {
-		h, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: d.ID}}, nil, "")
-		// Deleted is revoked, even when giving its slots back failed (they are healed); a
-		// waiter of the pod was no lease.
+		h, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: d.ID}}, nil)
+		// Released is revoked, even when giving its slots back failed (the sweep does it
+		// again); a waiter of the pod was no lease.
 		if ok && h.State != lease.StateWaiting {
 			out = append(out, h)
 		}

@@ -9,14 +9,13 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// A release mark (releaseHolder) has done its work once the holder's slots are given back;
-// deleting it is no part of the answer. So each store deletes its marks off the callers'
-// path, on one goroutine, in batches: while one delete is in flight the marks released
-// meanwhile gather for the next. A release where nobody waits costs its caller two round
-// trips, a contended grant three, and the deletes cost well under one round trip per
-// release under load. A mark whose delete never comes (a crash, a failed batch) is an
-// ordinary expired mark: the sweep deletes it after the operation timeout (and markMargin) and heals the
-// counters it names.
+// A released holder (releaseHolder) has done its work once its entries are given back; deleting its document is no
+// part of the answer. So each store deletes them off the callers' path, on one goroutine, in
+// batches: while one delete is in flight the holders released meanwhile gather for the next.
+// The deletes cost well under one round trip per release under load. A released holder whose
+// delete never comes (a crash, a failed batch) is an ordinary expired one: the sweep does its
+// give-back again after the operation timeout (and markMargin), which finds nothing left,
+// and deletes it.
 type markDropper struct {
 	mu      sync.Mutex
 	pending []string
@@ -86,10 +85,7 @@ func (s *Store) dropMarks() {
 	for len(ids) > 0 {
 		n := min(len(ids), marksPerDelete)
 		ctx, cancel := s.bound(context.WithValue(context.Background(), offPath{}, true))
-		_, err := s.holders.DeleteMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}},
-			{Key: "state", Value: stateReleased},
-		})
+		_, err := s.holders.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:n]}}}, {Key: "state", Value: stateReleased}})
 		cancel()
 		if err != nil {
 			return // the store is away: the rest is the sweep's too (and a Close is not held up)

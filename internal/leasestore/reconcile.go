@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -20,190 +21,160 @@ import (
 // "Behaviour at scale"). On MongoDB it only costs more getMores.
 const readBatch = 32
 
-// Reconcile recomputes every counter from the holders' registered levels and corrects the
-// drift left by crash windows (between increment and push, between delete and decrement).
-// The decision per counter is decideCounter: only counters unchanged for the safety margin
-// are touched, an excess is lowered only when confirmed by a later pass, and every write is a
-// compare-and-set on the count and updatedAt it read, so a concurrent acquire or release wins.
-// A counter that no holder books is deleted rather than zeroed.
-//
-// It streams: the holders' levels are read in batches into a count per counter key (memory
-// grows with the number of counters, not with the holders' documents), then the counters in
-// batches, each decided and written at once. Every read and write command has its own
-// deadline (the operation timeout), so a large store takes longer but never fails for its
-// size, and no single command holds the store for long (docs/operations.md, "Reconcile").
+// Reconcile repairs every counter (docs/operations.md, "Reconcile"): the entries whose
+// holder document is gone are removed (slots.go), a count that differs from the number of
+// entries is set to it, a counter nobody has booked for the safety margin is deleted, and the
+// borrowed marks of holders whose tenant counter is back within its cap are dropped. It reads
+// the holders, then streams the counters in batches; an entry of a holder the first read did
+// not see is looked up again after its batch (the holder may have been written since), so
+// that only entries of holders that are gone are removed. Every write is conditional on what
+// was read, so a concurrent booking or give-back wins.
 func (s *Store) Reconcile(ctx context.Context) (ReconcileResult, error) {
-	var res ReconcileResult
 	now, err := s.ServerTime(ctx)
 	if err != nil {
-		return res, err
+		return ReconcileResult{}, err
 	}
-	// Everything written from here on carries an updatedAt after now, and a counter changed
-	// within the margin before now is skipped: what the two reads below see of an acquire or
-	// release in flight cannot lead to a write.
-	b, err := s.bookings(ctx, CounterFilter{}, false)
+	// One streaming read of every holder (an unfiltered read comes back in short batches on
+	// every store): the holders that exist, and the borrowed marks.
+	known, marks := map[string]bool{}, borrowMarks{}
+	err = eachDoc(ctx, s, s.holders, "reading holders", bson.D{},
+		bson.D{{Key: "_id", Value: 1}, {Key: "pid", Value: 1}, {Key: "state", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1}}, nil,
+		func(d holderDoc) error {
+			if d.PID != "" {
+				known[d.PID] = true
+			}
+			if d.BorrowKey != "" && d.State == string(lease.StateHeld) {
+				marks[d.BorrowKey] = append(marks[d.BorrowKey], markedHolder{id: d.ID, borrowCap: d.BorrowCap})
+			}
+			return nil
+		})
 	if err != nil {
-		return res, err
+		return ReconcileResult{}, err
 	}
-	booked, marks := map[string]int{}, borrowMarks{}
-	for k, v := range b {
-		booked[k] = v.n
-		if len(v.marked) > 0 {
-			marks[k] = v.marked
-		}
-	}
-	return s.reconcile(ctx, now, booked, marks)
+	return s.reconcile(ctx, now, known, marks)
 }
 
-// reconcile decides and corrects every counter against booked, the holders' bookings read
-// after the server's time now, and drops the borrowed marks of marks at counters that are
-// within their caps (borrowMarks.staleAt), last: a mark is for the views, a count for the caps.
-func (s *Store) reconcile(ctx context.Context, now time.Time, booked map[string]int, marks borrowMarks) (ReconcileResult, error) {
+// reconcile decides and repairs every counter. known are holder IDs read before the counters
+// (a sweep's read), which need no second look; every other entry's holder is looked up.
+// marks are the held holders marked borrowed, per tenant counter, read before the counters:
+// those at counters within the cap they borrowed above are dropped (borrowMarks.staleAt),
+// last: a mark is for the views, an entry for the caps.
+func (s *Store) reconcile(ctx context.Context, now time.Time, known map[string]bool, marks borrowMarks) (ReconcileResult, error) {
 	var res ReconcileResult
-	policy := reconcilePolicy{Now: now, Margin: s.cfg.safetyMargin, Confirm: s.cfg.confirm}
-	s.mu.Lock()
-	previous := s.lowering
-	s.lowering = map[string]lowering{}
-	s.mu.Unlock()
-	seen := make(map[string]bool, len(booked))
+	policy := reconcilePolicy{Now: now, Margin: s.cfg.safetyMargin}
 	var stale []string
-	err := s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
-		want := booked[c.ID]
-		stale = append(stale, marks.staleAt(c.ID, max(c.Count, want))...)
-		if want > 0 {
-			seen[c.ID] = true
-		}
-		var prev *lowering
-		if p, ok := previous[c.ID]; ok {
-			prev = &p
-		}
-		action, obs := decideCounter(counterState{Count: c.Count, UpdatedAt: c.UpdatedAt, Booked: want}, policy, prev)
-		switch action {
-		case actionNone:
-			return nil
-		case actionSkip:
-			res.Skipped++
-			return nil
-		case actionConfirm:
-			s.mu.Lock()
-			s.lowering[c.ID] = obs
-			s.mu.Unlock()
-			res.Skipped++
+	var batch []counterDoc
+	flush := func() error {
+		if len(batch) == 0 {
 			return nil
 		}
-		done, err := s.correctCounter(ctx, c, want, action)
-		switch {
-		case err != nil:
+		var ask []string
+		for _, c := range batch {
+			for _, p := range c.entries() {
+				if !known[p] {
+					ask = append(ask, p)
+				}
+			}
+		}
+		gone, err := s.goneHolders(ctx, ask)
+		if err != nil {
 			return err
-		case !done: // changed since it was read
-			res.Skipped++
-		case action == actionDelete:
-			res.Deleted++
-			if c.Count > 0 {
-				res.Lowered++
+		}
+		isGone := map[string]bool{}
+		for _, p := range gone {
+			isGone[p] = true
+		}
+		for _, c := range batch {
+			st := counterState{Count: c.Count, Entries: len(c.Slots), UpdatedAt: c.UpdatedAt, Lined: c.Lined}
+			for _, p := range c.entries() {
+				if isGone[p] {
+					st.Gone = append(st.Gone, p)
+				}
 			}
-		default:
-			res.Corrected++
-			if action == actionLower {
-				res.Lowered++
+			stale = append(stale, marks.staleAt(c.ID, c.Count)...)
+			if err := s.apply(ctx, c, decideCounter(st, policy), &res); err != nil {
+				return err
 			}
 		}
+		batch = batch[:0]
 		return nil
+	}
+	err := s.eachCounter(ctx, bson.D{}, func(c counterDoc) error {
+		batch = append(batch, c)
+		if len(batch) < readBatch {
+			return nil
+		}
+		return flush()
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return res, err
-	}
-	// A booked key without a counter cannot come from the funnel (it increments before it
-	// pushes); recreate it so the cap holds again.
-	for key, n := range booked {
-		if seen[key] {
-			continue
-		}
-		created, err := s.recreateCounter(ctx, key, n, now)
-		switch {
-		case err != nil:
-			return res, err
-		case created:
-			res.Created++
-		default:
-			res.Skipped++
-		}
 	}
 	res.Unmarked, err = s.unmark(ctx, stale)
 	return res, err
 }
 
-// correctCounter applies a reconcile decision to c by a compare-and-set on the count and
-// updatedAt it read, with its own deadline; done is false when c changed since.
-func (s *Store) correctCounter(ctx context.Context, c counterDoc, want int, action counterAction) (done bool, err error) {
+// apply carries out a reconcile decision on c, each write with its own deadline and
+// conditional on what was read.
+func (s *Store) apply(ctx context.Context, c counterDoc, d counterDecision, res *ReconcileResult) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	cas := bson.D{{Key: "_id", Value: c.ID}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
-	if action == actionDelete {
-		r, err := s.counters.DeleteOne(ctx, cas)
-		if err != nil {
-			return false, unavailable("deleting counter "+c.ID, err)
-		}
-		return r.DeletedCount == 1, nil
-	}
-	r, err := s.counters.UpdateOne(ctx, cas, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},
-		{Key: "$inc", Value: bson.D{{Key: "rev", Value: 1}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-	})
-	if err != nil {
-		return false, unavailable("correcting counter "+c.ID, err)
-	}
-	return r.MatchedCount == 1, nil
-}
-
-// recreateCounter inserts the counter key with count n, with its own deadline; created is
-// false when a counter of that key exists (made since it was missed).
-func (s *Store) recreateCounter(ctx context.Context, key string, n int, now time.Time) (created bool, err error) {
-	resource, level, scope, ok := splitKey(key)
-	if !ok {
-		return false, nil
-	}
-	tenant := ""
-	if level != lease.LevelGlobal {
-		tenant, _, _ = strings.Cut(scope, "/")
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	_, err = s.counters.InsertOne(ctx, counterDoc{
-		ID: key, Resource: resource, Level: string(level), Scope: scope, Tenant: tenant, Count: n, UpdatedAt: now,
-	})
 	switch {
-	case mongo.IsDuplicateKeyError(err):
-		return false, nil
-	case err != nil:
-		return false, unavailable("recreating counter "+key, err)
+	case len(d.Remove) > 0:
+		n, err := s.removeEntries(ctx, c.ID, d.Remove)
+		res.Repaired += n
+		if n > 0 {
+			res.Corrected++
+		}
+		return err
+	case d.FixCount:
+		r, err := s.counters.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: c.ID}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "count", Value: len(c.Slots)}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}})
+		if err != nil {
+			return unavailable("correcting counter "+c.ID, err)
+		}
+		if r.MatchedCount == 1 {
+			res.Corrected++
+		} else {
+			res.Skipped++
+		}
+	case d.Delete:
+		r, err := s.counters.DeleteOne(ctx, bson.D{{Key: "_id", Value: c.ID}, {Key: "count", Value: 0}, {Key: "updatedAt", Value: c.UpdatedAt},
+			{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}}})
+		if err != nil {
+			return unavailable("deleting counter "+c.ID, err)
+		}
+		if r.DeletedCount == 1 {
+			res.Deleted++
+		} else {
+			res.Skipped++
+		}
 	}
-	return true, nil
+	return nil
 }
 
-// booking is what the holders of one counter key have in common: how many book it and,
-// when asked for, the distinct definitions they were admitted under.
-type booking struct {
-	n    int
+// counterUse is what the holders of one counter key show the views: the distinct definitions
+// they were admitted under, its live waiters, and the highest cap its borrowers borrowed
+// above.
+type counterUse struct {
 	refs map[lease.DefinitionRef]bool
-	// waiting: live waiters in the counter's line (the views show it; reconcile ignores it).
+	// waiting: live waiters in the counter's line.
 	waiting int
-	// borrowed: the booking holders whose slot of this counter is borrowed (borrowKey names
-	// it); the views show it, reconcile ignores it.
-	borrowed int
-	// borrowCap: the highest cap those holders borrowed above (the views show no more borrowed
-	// slots than the count stands above it); marked: the held ones among them (reconcile
-	// drops their marks once the counter is back within that cap).
+	// borrowCap: the highest cap the counter's borrowers borrowed above (the views show no
+	// more borrowed slots than the count stands above it).
 	borrowCap int
-	marked    []markedHolder
+	// holders: the public IDs of the holders that book it (not being released).
+	holders map[string]bool
 }
 
-// bookings reads the holders (of f's resource and tenant, or all) in batches and gathers,
-// per counter key, the number of holders that book it and, with refs, their distinct lease
-// references. Only a tenant's own holders book its tenant, project and user counters, so a
-// read for one tenant's counters reads that tenant's holders alone.
-func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[string]*booking, error) {
+// uses reads the holders (of f's resource and tenant, or all) in batches and gathers, per
+// counter key, what the views show of them. Only a tenant's own holders book its tenant,
+// project and user counters, so a read for one tenant's counters reads that tenant's holders
+// alone.
+func (s *Store) uses(ctx context.Context, f CounterFilter) (map[string]*counterUse, error) {
 	filter := bson.D{}
 	if f.Resource != "" {
 		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
@@ -211,46 +182,34 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 	if f.Tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
-	projection := bson.D{{Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1},
-		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1}}
+	projection := bson.D{{Key: "pid", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1},
+		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1},
+		{Key: "leaseName", Value: 1}, {Key: "tenant", Value: 1}, {Key: "project", Value: 1}}
 	now := time.Now()
-	if refs {
-		projection = append(projection, bson.E{Key: "leaseName", Value: 1}, bson.E{Key: "tenant", Value: 1}, bson.E{Key: "project", Value: 1})
+	out := map[string]*counterUse{}
+	use := func(k string) *counterUse {
+		u := out[k]
+		if u == nil {
+			u = &counterUse{refs: map[lease.DefinitionRef]bool{}, holders: map[string]bool{}}
+			out[k] = u
+		}
+		return u
 	}
-	out := map[string]*booking{}
 	err := eachDoc(ctx, s, s.holders, "reading holders", filter, projection, nil,
 		func(d holderDoc) error {
 			if d.State == stateReleased {
 				return nil // being released: its slots are on their way back
 			}
 			if d.State == string(lease.StateWaiting) && d.WaitKey != "" && d.WaitExp.After(now) {
-				b := out[d.WaitKey]
-				if b == nil {
-					b = &booking{}
-					out[d.WaitKey] = b
-				}
-				b.waiting++
+				use(d.WaitKey).waiting++
 			}
 			for _, k := range d.booked() {
-				b := out[k]
-				if b == nil {
-					b = &booking{}
-					out[k] = b
-				}
-				b.n++
+				u := use(k)
+				u.holders[d.PID] = true
 				if k == d.BorrowKey {
-					b.borrowed++
-					b.borrowCap = max(b.borrowCap, d.BorrowCap)
-					if d.State == string(lease.StateHeld) {
-						b.marked = append(b.marked, markedHolder{id: d.ID, borrowCap: d.BorrowCap})
-					}
+					u.borrowCap = max(u.borrowCap, d.BorrowCap)
 				}
-				if refs {
-					if b.refs == nil {
-						b.refs = map[lease.DefinitionRef]bool{}
-					}
-					b.refs[lease.DefinitionRef{Name: d.LeaseName, Tenant: d.Tenant, Project: d.Project}] = true
-				}
+				u.refs[lease.DefinitionRef{Name: d.LeaseName, Tenant: d.Tenant, Project: d.Project}] = true
 			}
 			return nil
 		})
@@ -258,7 +217,7 @@ func (s *Store) bookings(ctx context.Context, f CounterFilter, refs bool) (map[s
 }
 
 // sortedRefs lists the lease references of b in a stable order (none for nil).
-func (b *booking) sortedRefs() []lease.DefinitionRef {
+func (b *counterUse) sortedRefs() []lease.DefinitionRef {
 	if b == nil || len(b.refs) == 0 {
 		return nil
 	}
@@ -343,8 +302,9 @@ func (s *Store) findCounters(ctx context.Context, filter bson.D) ([]counterDoc, 
 	return docs, nil
 }
 
-// ListCounters reads the counters matching f with, for each, the number of holders that book
-// it, so drift is visible instead of hidden.
+// ListCounters reads the counters matching f with, for each, the holders its entries name
+// and which of them are gone (entries the repair removes), so that drift is visible instead
+// of hidden.
 func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Counter, error) {
 	filter := bson.D{}
 	if f.Resource != "" {
@@ -360,38 +320,43 @@ func (s *Store) ListCounters(ctx context.Context, f CounterFilter) ([]lease.Coun
 	if err != nil {
 		return nil, err
 	}
-	booked, err := s.bookings(ctx, f, true)
+	uses, err := s.uses(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	var ask []string
+	for _, d := range docs {
+		for _, p := range d.entries() {
+			if u := uses[d.ID]; u == nil || !u.holders[p] {
+				ask = append(ask, p)
+			}
+		}
+	}
+	gone, err := s.goneHolders(ctx, ask)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]lease.Counter, len(docs))
 	for i, d := range docs {
-		b := booked[d.ID]
+		u := uses[d.ID]
+		entries := d.entries()
 		out[i] = lease.Counter{
 			Key: d.ID, Resource: d.Resource, Level: lease.Level(d.Level), Scope: d.Scope,
-			Count: d.Count, UpdatedAt: d.UpdatedAt, BookedBy: b.sortedRefs(),
+			Count: d.Count, UpdatedAt: d.UpdatedAt, BookedBy: u.sortedRefs(), Holders: entries,
 		}
-		if b != nil {
+		for _, p := range entries {
+			if slices.Contains(gone, p) {
+				out[i].Gone = append(out[i].Gone, p)
+			}
+		}
+		out[i].Booked = len(entries) - len(out[i].Gone)
+		if u != nil {
 			// Marks that outnumber the slots above the cap are stale (docs/borrowing.md,
 			// "The mark"): the count shows the slots borrowed.
-			out[i].Booked, out[i].Waiting, out[i].Borrowed = b.n, b.waiting, min(b.borrowed, max(d.Count-b.borrowCap, 0))
+			out[i].Waiting, out[i].Borrowed = u.waiting, min(d.borrowed(), max(d.Count-u.borrowCap, 0))
 		}
 	}
 	return out, nil
-}
-
-// splitKey parses <resource>|<level>|<scope>. The resource may itself contain '|' only if
-// a caller chose so; the level and scope are the last two fields.
-func splitKey(key string) (resource string, level lease.Level, scope string, ok bool) {
-	i := strings.LastIndex(key, "|")
-	if i < 0 {
-		return "", "", "", false
-	}
-	j := strings.LastIndex(key[:i], "|")
-	if j < 0 {
-		return "", "", "", false
-	}
-	return key[:j], lease.Level(key[j+1 : i]), key[i+1:], true
 }
 
 func cutPod(pod string) (namespace, name string, ok bool) {
@@ -409,18 +374,4 @@ func sortHolders(hs []lease.Holder) {
 		}
 		return hs[i].Token < hs[j].Token
 	})
-}
-
-// lowering is a counter seen above what its holders book, remembered until a later pass
-// confirms it.
-type lowering struct {
-	count     int
-	updatedAt time.Time
-	want      int
-	// seen is the server time of the first pass that saw exactly this state.
-	seen time.Time
-}
-
-func (l lowering) same(o lowering) bool {
-	return l.count == o.count && l.updatedAt.Equal(o.updatedAt) && l.want == o.want
 }

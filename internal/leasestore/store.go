@@ -27,12 +27,10 @@ const (
 
 // Defaults of the store options.
 const (
-	DefaultOpTimeout    = 5 * time.Second
+	DefaultOpTimeout = 5 * time.Second
+	// DefaultSafetyMargin is how long a counter without entries stays before reconcile
+	// deletes it.
 	DefaultSafetyMargin = 60 * time.Second
-	// MinReconcileConfirm is the shortest safe delay between the two reconcile passes that
-	// must see the same excess before a counter is lowered: a release's decrement may still
-	// be in flight for up to an operation timeout after its delete.
-	MinReconcileConfirm = DefaultOpTimeout
 )
 
 // Step names a point between two writes of a multi-write operation, where a fault hook
@@ -43,12 +41,12 @@ type Step string
 const (
 	// StepHolderCreated: after the PENDING holder insert, before the first level.
 	StepHolderCreated Step = "holder-created"
-	// StepCounterIncremented: after a level's counter increment, before the key is pushed.
-	StepCounterIncremented Step = "counter-incremented"
+	// StepBooked: after a level's entry was written, before the holder records the level.
+	StepBooked Step = "booked"
 	// StepLevelPushed: after a key was pushed to the holder, before the next level.
 	StepLevelPushed Step = "level-pushed"
 	// StepHolderReleased: after a holder was marked released (release, rollback, reap,
-	// revoke, a waiter leaving), before its slots are given back and the mark is deleted.
+	// revocation, a waiter leaving), before its entries are given back and the holder deleted.
 	StepHolderReleased Step = "holder-released"
 	// StepQueued: after a holder entered a full level's line, before it tries the level
 	// once more.
@@ -56,18 +54,20 @@ const (
 	// StepCreatedInLine: after a newcomer's holder was written straight into the line of its
 	// first level (Acquire, when the store saw that line), before it tries the level.
 	StepCreatedInLine Step = "created-in-line"
-	// StepClaimIncremented: after a waiting holder's increment of the level it waits at,
-	// before it leaves the line with the key.
-	StepClaimIncremented Step = "claim-incremented"
-	// StepHandedOver: after a freed slot was handed to a waiter, before the waiter is told
-	// and the other slots are given back.
+	// StepClaimBooked: after a waiting holder booked the level it waits at, before it leaves
+	// the line with the level recorded.
+	StepClaimBooked Step = "claim-booked"
+	// StepPicked: after a hand-over named the waiter it gives a slot to (the waiter's
+	// document), before the slot's entry moves to it.
+	StepPicked Step = "picked"
+	// StepHandedOver: after a slot's entry moved to a waiter, before the waiter is told and
+	// the other slots are given back.
 	StepHandedOver Step = "handed-over"
-	// StepColdDecremented: after a release's one decrement of the keys it did not hand over
-	// first (giveBack), before it looks at those the decrement kept.
-	StepColdDecremented Step = "cold-decremented"
-	// StepUnborrowed: after a borrower refused at the global level dropped its borrowed
-	// tenant slot from its levels (naming it in IncKey), before the tenant counter is
-	// decremented and the holder queues at its tenant level (borrow.go).
+	// StepGivenBack: after a release removed its entries where nobody lines up, before it
+	// hands over the others.
+	StepGivenBack Step = "given-back"
+	// StepUnborrowed: after a borrower was refused at the global level, before it gives its
+	// borrowed tenant slot back and queues at its tenant level (borrow.go).
 	StepUnborrowed Step = "unborrowed"
 	// StepCreatingEvents: before the store creates the capped events collection; an error
 	// stands for a server that refuses it (no capped collections).
@@ -86,10 +86,8 @@ type FaultFunc func(step Step, key string) error
 type config struct {
 	opTimeout    time.Duration
 	safetyMargin time.Duration
-	// confirm < 0 means the default: twice the operation timeout.
-	confirm time.Duration
-	fault   FaultFunc
-	observe func(command string)
+	fault        FaultFunc
+	observe      func(command string)
 	// observeOffPath: see WithOffPathObserver.
 	observeOffPath func(command string)
 	observeReply   func(command string, docs int)
@@ -104,13 +102,8 @@ type Option func(*config)
 // WithOpTimeout bounds every store call that has no earlier deadline.
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
-// WithSafetyMargin sets how old a counter must be before reconcile corrects it.
+// WithSafetyMargin sets how long a counter without entries stays before reconcile deletes it.
 func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safetyMargin = d } }
-
-// WithReconcileConfirm sets how long reconcile waits, between two passes that see the same
-// excess, before it lowers a counter (default: twice the operation timeout, which bounds
-// any decrement still in flight).
-func WithReconcileConfirm(d time.Duration) Option { return func(c *config) { c.confirm = d } }
 
 // WithFault installs a fault hook (tests only).
 func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
@@ -122,7 +115,7 @@ func WithCommandObserver(f func(command string)) Option {
 }
 
 // WithOffPathObserver calls f with the name of every command the store sends with no caller
-// waiting for it (the batched deletes of release marks, marks.go), which WithCommandObserver
+// waiting for it (the batched deletes of released holders, marks.go), which WithCommandObserver
 // leaves out; the benchmarks count both.
 func WithOffPathObserver(f func(command string)) Option {
 	return func(c *config) { c.observeOffPath = f }
@@ -153,14 +146,13 @@ type Store struct {
 	eventsReady   bool
 	eventsRetryAt time.Time
 
-	// mu guards lowering (counters seen above their booked holders by the last reconcile).
-	mu       sync.Mutex
-	lowering map[string]lowering
+	// mu guards lined.
+	mu sync.Mutex
 	// holds: the recent hold times per resource this store last wrote or read (fence.go).
 	holds holdCache
 	// lined: when this store last saw a counter key with waiters (giveBack's hint).
 	lined map[string]time.Time
-	// marks deletes release marks off the callers' path (marks.go).
+	// marks deletes released holders off the callers' path (marks.go).
 	marks *markDropper
 	// handed keeps the holders this store's hand-overs completed for its own waiters, until
 	// the waiter takes its answer (wait.go).
@@ -170,12 +162,9 @@ type Store struct {
 // Connect opens a client for uri and uses the named database. It does not wait for the
 // server; the first call fails with lease.ErrUnavailable when it cannot be reached.
 func Connect(uri, database string, opts ...Option) (*Store, error) {
-	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin, confirm: -1}
+	cfg := config{opTimeout: DefaultOpTimeout, safetyMargin: DefaultSafetyMargin}
 	for _, o := range opts {
 		o(&cfg)
-	}
-	if cfg.confirm < 0 {
-		cfg.confirm = 2 * cfg.opTimeout
 	}
 	copts := options.Client().ApplyURI(uri).
 		SetServerSelectionTimeout(cfg.opTimeout).
@@ -282,6 +271,8 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		// The line of a full level: its highest, then oldest, live waiter first (giveBack).
 		{Keys: lineOrderIndex},
 		{Keys: bson.D{{Key: "levels", Value: 1}}},
+		// The hand-overs a released holder began (finishHandOvers).
+		{Keys: bson.D{{Key: "grantFrom", Value: 1}}},
 	}
 	if _, err := s.holders.Indexes().CreateMany(ctx, holderIdx); err != nil {
 		return unavailable("creating holder indexes", err)
@@ -299,7 +290,63 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	if _, err := s.counters.Indexes().CreateMany(ctx, counterIdx); err != nil {
 		return unavailable("creating counter indexes", err)
 	}
-	return nil
+	_, err := s.migrateCounters(ctx)
+	return err
+}
+
+// migrateCounters gives every counter written before bookings named their holders (one
+// without slots: a count kept apart from the holders) the entries of the holders that book
+// it, and its count the number of them; it runs on every start and finds nothing to do once
+// done. A holder being released books nothing any more, and the fields of the former model
+// (rev, a holder's incKey) go. Each counter is written on the condition that it has no
+// slots yet, so replicas starting together write each once. It returns how many counters it
+// migrated. No process of the former version may write the store meanwhile
+// (docs/operations.md, "Upgrading").
+func (s *Store) migrateCounters(ctx context.Context) (int, error) {
+	old, err := s.findCounters(ctx, bson.D{{Key: "slots", Value: entryAbsent}})
+	if err != nil || len(old) == 0 {
+		return 0, err
+	}
+	entries := map[string]bson.D{}
+	err = eachDoc(ctx, s, s.holders, "reading holders", bson.D{notReleased},
+		bson.D{{Key: "_id", Value: 1}, {Key: "pid", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "borrowKey", Value: 1}}, nil,
+		func(d holderDoc) error {
+			pid := d.PID
+			if pid == "" {
+				pid = lease.HolderID(d.ID)
+			}
+			for _, k := range d.booked() {
+				entries[k] = append(entries[k], bson.E{Key: pid, Value: slotDoc{Borrowed: k == d.BorrowKey}})
+			}
+			return nil
+		})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range old {
+		slots := entries[c.ID]
+		if slots == nil {
+			slots = bson.D{}
+		}
+		wctx, cancel := s.bound(ctx)
+		res, err := s.counters.UpdateOne(wctx, bson.D{{Key: "_id", Value: c.ID}, {Key: "slots", Value: entryAbsent}}, bson.D{
+			{Key: "$set", Value: bson.D{{Key: "slots", Value: slots}, {Key: "count", Value: len(slots)}}},
+			{Key: "$unset", Value: bson.D{{Key: "rev", Value: ""}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+		})
+		cancel()
+		if err != nil {
+			return n, unavailable("migrating counter "+c.ID, err)
+		}
+		n += int(res.ModifiedCount)
+	}
+	wctx, cancel := s.bound(ctx)
+	defer cancel()
+	if _, err := s.holders.UpdateMany(wctx, bson.D{{Key: "incKey", Value: entryPresent}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}}); err != nil {
+		return n, unavailable("migrating holders", err)
+	}
+	return n, nil
 }
 
 // lineOrderIndex serves the hand-over's sort (lineOrder) within one waitKey; oldLineIndex is
@@ -339,19 +386,20 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// counterDoc is a document of resource_lease_counters.
+// counterDoc is a document of resource_lease_counters: one level of one scope, with the
+// entries of the holders that book it (slots.go).
 type counterDoc struct {
 	ID       string `bson:"_id"`
 	Resource string `bson:"resource"`
 	Level    string `bson:"level"`
 	Scope    string `bson:"scope"`
 	// Tenant is empty for the global level, which belongs to no tenant.
-	Tenant    string    `bson:"tenant"`
-	Count     int       `bson:"count"`
-	UpdatedAt time.Time `bson:"updatedAt"`
-	// Rev goes up with every write of count, so that a compare-and-set on it (Heal) misses
-	// whenever the count moved in between, even back to the same value.
-	Rev int64 `bson:"rev,omitempty"`
+	Tenant string `bson:"tenant"`
+	// Count is the number of entries in Slots, written by the same updates.
+	Count int `bson:"count"`
+	// Slots has one entry per booked slot, keyed by the public ID of its holder.
+	Slots     map[string]slotDoc `bson:"slots"`
+	UpdatedAt time.Time          `bson:"updatedAt"`
 	// Lined: waiters line up at this counter (wait.go); a hint, not a record.
 	Lined bool `bson:"lined,omitempty"`
 	// LinedPrio: the highest priority a waiter had when it last tried this counter, cleared
@@ -408,10 +456,15 @@ type holderDoc struct {
 	// until the holder pushes the key to its levels (PENDING), or for good when it was the
 	// holder's last level (HELD).
 	GrantKey string `bson:"grantKey,omitempty"`
-	// IncKey: the counter this holder increments next, written before the increment and
-	// cleared (or moved to the next level) by the write that records the key in Levels. A
-	// holder that died in between names the counter that may carry its slot (Heal).
-	IncKey string `bson:"incKey,omitempty"`
+	// GrantFrom: the holder whose slot of GrantKey a hand-over gives this one; the hand-over
+	// is done when the counter's entry is moved (wait.go, handOverOf).
+	GrantFrom string `bson:"grantFrom,omitempty"`
+	// GrantAt: the server's time the hand-over named the holder.
+	GrantAt time.Time `bson:"grantAt,omitempty"`
+	// Keys are every counter of the holder's funnel, written with it: a release gives back
+	// its entries at each of them (each removal is conditional on the entry), whatever the
+	// holder's own record says.
+	Keys []string `bson:"keys,omitempty"`
 	// Fence: the number the write that granted the holder gave it (fence.go); 0 until then.
 	Fence int64 `bson:"fence,omitempty"`
 	// BorrowKey: the tenant counter whose slot the holder took above the cap BorrowCap
@@ -422,8 +475,8 @@ type holderDoc struct {
 }
 
 // stateReleased marks a holder whose slots are being given back (release, rollback, reap,
-// revocation, a waiter leaving): it answers as gone everywhere, but still counts for Heal until
-// the give-back is done and the holder deleted (docs/waiting.md, "Crash windows").
+// revocation, a waiter leaving): it answers as gone everywhere, and its document stays until
+// its entries are removed (slots.go).
 const stateReleased = "RELEASED"
 
 func (d holderDoc) holder() lease.Holder {

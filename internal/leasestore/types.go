@@ -89,17 +89,15 @@ type CounterFilter struct {
 
 // ReconcileResult summarises one reconcile pass.
 type ReconcileResult struct {
-	// Corrected counts counters whose count was set to the booked number.
+	// Repaired counts the entries removed because their holder was gone.
+	Repaired int
+	// Corrected counts the counters changed by the pass: entries removed, or a count set to
+	// the number of entries.
 	Corrected int
-	// Deleted counts counters removed because no holder books them.
+	// Deleted counts counters removed because nobody had booked them for the safety margin.
 	Deleted int
-	// Created counts counters recreated for booked keys that had none.
-	Created int
-	// Skipped counts drifting counters left alone: too recent, or changed while read.
+	// Skipped counts counters left alone because they changed while read.
 	Skipped int
-	// Lowered counts the corrected or deleted counters that stood above what is booked
-	// (the confirmed lowerings; a subset of Corrected and Deleted).
-	Lowered int
 	// Unmarked counts the holders whose borrowed mark was dropped: their tenant counter was
 	// back within the cap they had borrowed above (docs/borrowing.md, "The mark").
 	Unmarked int

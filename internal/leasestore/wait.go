@@ -3,7 +3,6 @@ package leasestore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -17,11 +16,11 @@ import (
 // The line of a full level (docs/waiting.md). A holder that finds a level full, and may wait,
 // stays in the holders collection as WAITING at that level's counter key: its place is the
 // server's time it first waited. Every path that frees a slot (release, rollback, reap,
-// revocation, a waiter giving up) hands it to the oldest live waiter of that key instead of
-// decrementing the counter (giveBack): the count stays, the waiter's holder books the slot
-// (grantKey), and its process is woken by the waiter's holder ID. There is no second record
-// of the line that could drift from it: the waiting holders are the line, and the counter
-// that stays at its cap while they wait is the barrier that keeps newcomers behind them.
+// revocation, a waiter giving up) hands it to the first live waiter of that key instead of
+// removing its entry (handover.go): the entry moves from the releaser to the waiter in one
+// update, so the level stays full and newcomers stay behind the line, and the waiter's
+// process is woken by the waiter's holder ID. The waiting holders are the line; there is no
+// second record of it.
 
 // WaitingError is the answer of an attempt whose holder now waits in a level's line: the
 // level it waits at and the token of the waiting holder (Resume, Withdraw).
@@ -76,20 +75,19 @@ func (b *funnelRun) wait(ctx context.Context, l funnelLevel, busy *lease.BusyErr
 	if b.doc.QueuedAt.IsZero() { // a place is kept from level to level
 		dates = append(dates, bson.E{Key: "queuedAt", Value: true})
 	}
-	// The increment of l was refused, so the holder stops naming it (IncKey).
 	res, err := s.holders.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}},
-		bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}, {Key: "$currentDate", Value: dates}})
+		bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: dates}})
 	switch {
 	case err != nil:
-		return false, s.abandon(ctx, token, nil, unavailable("queueing for "+l.key, err))
+		return false, s.abandon(ctx, b.doc, unavailable("queueing for "+l.key, err))
 	case res.MatchedCount == 0:
-		return false, unavailable("queueing for "+l.key, fmt.Errorf("holder %s was reaped while booking", lease.HolderID(token)))
+		return false, s.abandon(ctx, b.doc, busy) // released under it: what it booked goes
 	}
 	if err := s.fault(StepQueued, l.key); err != nil {
-		return false, s.abandon(ctx, token, nil, unavailable("queueing for "+l.key, err))
+		return false, s.abandon(ctx, b.doc, unavailable("queueing for "+l.key, err))
 	}
-	b.doc.State, b.doc.WaitKey, b.doc.WaitCap, b.doc.IncKey = string(lease.StateWaiting), l.key, l.Cap, ""
+	b.doc.State, b.doc.WaitKey, b.doc.WaitCap = string(lease.StateWaiting), l.key, l.Cap
 	if b.doc.QueuedAt.IsZero() {
 		b.doc.QueuedAt = time.Now() // the place is set: a wider level keeps it
 	}
@@ -121,7 +119,7 @@ func (b *funnelRun) inLine(ctx context.Context, l funnelLevel, busy *lease.BusyE
 func (b *funnelRun) queue(ctx context.Context) (lease.Holder, error) {
 	s, l := b.store, b.levels[0]
 	if err := s.fault(StepCreatedInLine, l.key); err != nil {
-		return lease.Holder{}, s.abandon(ctx, b.doc.ID, nil, unavailable("queueing for "+l.key, err))
+		return lease.Holder{}, s.abandon(ctx, b.doc, unavailable("queueing for "+l.key, err))
 	}
 	busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}
 	claimed, err := b.inLine(ctx, l, busy)
@@ -134,147 +132,143 @@ func (b *funnelRun) queue(ctx context.Context) (lease.Holder, error) {
 	return b.from(ctx, 1)
 }
 
-// claim takes a free slot of l for a holder waiting at it: the level is marked lined and
-// read, and only with room does the holder name l as the counter it increments (IncKey), then
-// comes the conditional increment, then the holder leaves the line with the key booked (HELD if
-// l is its last level). A holder that left the line meanwhile (a slot was handed to it, or it
-// was reaped) counts the slot it just took nowhere: Heal frees it.
+// claim books l for a holder waiting at it, if it has room: the level is marked lined and
+// read in one write (a release then hands its slots over rather than giving them to the
+// counter), and with room the holder's entry is added (book); then the holder leaves the
+// line with the level recorded (leaveLine). An entry of the holder there already is a slot
+// handed to it (or booked by an earlier try whose answer was lost): the holder takes it the
+// same way. Room owed to a waiter of a higher priority (the counter's linedPrio) is handed to
+// it (passUp).
 //
 // count is the level's count as the try saw it, -1 when it did not get that far.
 func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count int, err error) {
-	s, token := b.store, b.doc.ID
-	// Mark the level lined (giveBack then hands its slots over) and see whether it has room.
-	// A counter that is gone (reconcile deletes an unused one) is created again: a waiter
-	// that queued without an increment of its own (queue) must still find room.
-	var c counterDoc
-	mark := bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}}
-	if p := b.prio(); p > 0 {
-		mark = append(mark, bson.E{Key: "$max", Value: bson.D{{Key: "linedPrio", Value: p}}})
-	}
-	for attempt := 0; ; attempt++ {
-		err = s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}}, mark,
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&c)
-		if !errors.Is(err, mongo.ErrNoDocuments) || attempt > 0 {
-			break
-		}
-		if err := s.createCounter(ctx, l, b.doc.Resource, b.doc.Tenant); err != nil {
-			return false, -1, err
-		}
-	}
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return false, -1, nil
-	case err != nil:
-		return false, -1, unavailable("reading counter "+l.key, err)
+	s, pid := b.store, b.doc.PID
+	c, err := s.markLined(ctx, l, b.prio(), b.doc.Resource, b.doc.Tenant)
+	if err != nil || c == nil {
+		return false, -1, err
 	}
 	s.sawLined(l.key)
-	i, limit, borrowed := b.index(l.key), l.Cap, false
-	if c.Count >= l.Cap {
-		// Full: a waiter at its tenant level may still borrow (borrow.go).
-		if !b.borrowable(i) || c.Count >= b.borrowLimit(i) {
-			return false, c.Count, nil
+	i := b.index(l.key)
+	entry, mine := c.Slots[pid]
+	borrowed := entry.Borrowed
+	if !mine {
+		limit := l.Cap
+		if c.Count >= l.Cap {
+			// Full: a waiter at its tenant level may still borrow (borrow.go).
+			if !b.borrowable(i) || c.Count >= b.borrowLimit(i) {
+				return false, c.Count, nil
+			}
+			room, err := b.globalHasRoom(ctx, i)
+			if err != nil || !room {
+				return false, c.Count, err
+			}
+			limit, borrowed = b.borrowLimit(i), true
 		}
-		room, err := b.globalHasRoom(ctx, i)
-		if err != nil || !room {
-			return false, c.Count, err
+		got, n, err := s.book(ctx, l, b.doc.Resource, b.doc.Tenant, pid, limit, slotDoc{Borrowed: borrowed})
+		switch {
+		case err != nil:
+			// Ambiguous: the entry may be there; the holder is still in line, and its next
+			// try finds it.
+			return false, -1, err
+		case !got:
+			return false, n, nil
 		}
-		limit, borrowed = b.borrowLimit(i), true
-	}
-	inLine := bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}}
-	res, err := s.holders.UpdateOne(ctx, inLine, bson.D{{Key: "$set", Value: bson.D{{Key: "incKey", Value: l.key}}}})
-	switch {
-	case err != nil:
-		return false, -1, unavailable("claiming "+l.key, err)
-	case res.MatchedCount == 0:
-		return false, -1, nil // out of the line already: Resume reads why
-	}
-	res, err = s.counters.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: l.key}, {Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}}, countBy(1))
-	if err != nil {
-		return false, -1, unavailable("incrementing "+l.key, err) // IncKey stays: Heal counts the slot as maybe taken
-	}
-	if res.MatchedCount == 0 {
-		_, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "incKey", Value: l.key}},
-			bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
-		if err != nil {
+		if err := s.fault(StepClaimBooked, l.key); err != nil {
 			return false, -1, unavailable("claiming "+l.key, err)
 		}
-		return false, l.Cap, nil
-	}
-	if err := s.fault(StepClaimIncremented, l.key); err != nil {
-		return false, -1, unavailable("claiming "+l.key, err)
-	}
-	if c.LinedPrio > b.prio() && !borrowed { // a borrowed slot is owed to nobody
-		// A waiter of higher priority tried this level lately: the room is its, and goes
-		// to it by a hand-over, as a freed slot would.
-		if passed, err := b.passUp(ctx, l); passed || err != nil {
-			return false, l.Cap, err
+		if c.LinedPrio > b.prio() && !borrowed { // a borrowed slot is owed to nobody
+			// A waiter of higher priority tried this level lately: the room is its, and goes
+			// to it by a hand-over, as a freed slot would.
+			if passed, err := b.passUp(ctx, l); passed || err != nil {
+				return false, l.Cap, err
+			}
 		}
 	}
+	if err := b.leaveLine(ctx, i, borrowed); err != nil {
+		return false, -1, err
+	}
+	if b.doc.State == string(lease.StateWaiting) {
+		return false, -1, nil // out of the line already: Resume reads why
+	}
+	return true, c.Count + 1, nil
+}
+
+// markLined marks the counter of l lined (with the holder's priority as a hint) and returns
+// it as written; a counter that is gone (reconcile deletes unused ones) is created first.
+func (s *Store) markLined(ctx context.Context, l funnelLevel, prio int, resource, tenant string) (*counterDoc, error) {
+	mark := bson.D{{Key: "$set", Value: bson.D{{Key: "lined", Value: true}}}}
+	if prio > 0 {
+		mark = append(mark, bson.E{Key: "$max", Value: bson.D{{Key: "linedPrio", Value: prio}}})
+	}
+	var c counterDoc
+	for attempt := 0; ; attempt++ {
+		err := s.counters.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: l.key}}, mark,
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&c)
+		switch {
+		case err == nil:
+			return &c, nil
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return nil, unavailable("reading counter "+l.key, err)
+		case attempt > 0:
+			return nil, nil
+		}
+		if err := s.createCounter(ctx, l, resource, tenant); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// leaveLine records level i, whose entry the waiting holder has, on the holder and takes it
+// out of the line: HELD with a fence at the funnel's last level, PENDING before it. A holder
+// no longer in line (a hand-over named it, or it was released) is left as it is and b.doc
+// keeps WAITING; one released meanwhile gets its entry at the level given back here, since
+// its release may have looked before the entry was written.
+func (b *funnelRun) leaveLine(ctx context.Context, i int, borrowed bool) error {
+	s, l := b.store, b.levels[i]
 	state, fence := lease.StatePending, int64(0)
 	if i == len(b.levels)-1 {
 		state = lease.StateHeld
+		var err error
 		if fence, err = s.takeFences(ctx, b.doc.Resource, 1, holdSample{}); err != nil {
-			return false, -1, err // IncKey stays: Heal counts the slot as maybe taken
+			return err // still in line with the entry: the next try takes it
 		}
 	}
-	update := append(b.booking(i, state, fence), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}})
+	update := bson.D{
+		{Key: "$set", Value: b.stateSet(state, fence)},
+		{Key: "$addToSet", Value: bson.D{{Key: "levels", Value: l.key}}},
+	}
 	update = unsetting(update, "waitKey", "waitCap", "waitExp", "grantState")
 	if borrowed {
 		update = b.borrowing(update, i)
 	}
-	res, err = s.holders.UpdateOne(ctx, inLine, update)
+	inLine := bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "state", Value: string(lease.StateWaiting)}, {Key: "waitKey", Value: l.key}}
+	res, err := s.holders.UpdateOne(ctx, inLine, update)
 	if err != nil {
-		// Ambiguous: the holder may have left the line with the key. Either way it counts
-		// the slot (levels or IncKey), and Resume's read finds out which.
-		return false, -1, unavailable("claiming "+l.key, err)
+		// Ambiguous: the holder may have left the line. Either way it has the entry, and
+		// Resume's read finds out which.
+		return unavailable("claiming "+l.key, err)
 	}
 	if res.MatchedCount == 0 {
-		s.undoClaim(ctx, token, l.key)
-		return false, -1, nil
+		if _, err := s.GetHolder(ctx, b.doc.ID); errors.Is(err, lease.ErrLost) {
+			return s.giveBack(ctx, []string{l.key}, b.doc.PID, holdSample{}, true)
+		}
+		return nil
 	}
 	b.doc.State, b.doc.WaitKey, b.doc.GrantState, b.doc.Fence = string(state), "", "", fence
 	b.doc.Levels = append(b.doc.Levels, l.key)
-	return true, c.Count + 1, nil
+	return nil
 }
 
-// passUp hands the slot a claim has just incremented (the holder names it in IncKey) to the
-// first live waiter of l's line of a priority above the holder's, and then drops the
-// holder's IncKey. passed is false when no such waiter stands (the hint was stale): the
-// claim goes on and books the slot itself.
+// passUp hands the entry a claim has just added at l to the first live waiter of l's line of
+// a priority above the holder's. passed is false when no such waiter stands (the hint was
+// stale): the claim goes on and keeps the slot.
 func (b *funnelRun) passUp(ctx context.Context, l funnelLevel) (passed bool, err error) {
-	s := b.store
-	rest, err := s.handOverOf(ctx, b.doc.Resource, []string{l.key}, holdSample{},
+	rest, err := b.store.handOverOf(ctx, b.doc.Resource, []string{l.key}, b.doc.PID, holdSample{}, nil,
 		bson.E{Key: "priority", Value: bson.D{{Key: "$gt", Value: b.prio()}}})
-	switch {
-	case err != nil:
-		return false, err // IncKey stays: Heal counts the slot as maybe taken
-	case len(rest) > 0:
-		return false, nil
+	if err != nil {
+		return false, err // still in line with the entry: the next try takes it
 	}
-	if _, err := s.holders.UpdateOne(ctx, bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "incKey", Value: l.key}},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}}); err != nil {
-		return true, unavailable("claiming "+l.key, err) // IncKey stays: Heal counts it
-	}
-	return true, nil
-}
-
-// undoClaim follows a claim whose increment of key applied but whose holder had left the
-// line meanwhile. Handed a slot of key at the same time (grantKey), the holder now has two
-// and its document counts one: it drops its intent and gives its own increment back. Reaped
-// or withdrawn, it counts none: Heal frees the increment.
-func (s *Store) undoClaim(ctx context.Context, token, key string) {
-	ctx, cancel := s.bound(context.WithoutCancel(ctx))
-	defer cancel()
-	res, err := s.holders.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: key}, {Key: "incKey", Value: key}, notReleased},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: "incKey", Value: ""}}}})
-	if err == nil && res.MatchedCount == 1 {
-		if s.giveBack(ctx, []string{key}, holdSample{}) == nil {
-			return
-		}
-	}
-	s.healAfter(ctx, key)
+	return len(rest) == 0, nil
 }
 
 // unsetting adds fields to the $unset of update (creating it).
@@ -313,11 +307,11 @@ func (b *funnelRun) index(key string) int {
 // Resume goes on with a waiting acquisition (req is the request it was queued with,
 // Token included): the holder's state decides. Still in line: the entry is renewed
 // (WaitTTL) and, with look, the level is tried once (room nobody was handed: a lapsed
-// waiter's, a healed counter's, a raised cap's); the answer is then a *WaitingError again. A
-// slot was handed to it (grantKey): the key is booked and the funnel goes on from the next
-// level, where it may queue again. granted names the key a wake-up said was handed over: then
-// the state is not read first (one round trip less for the usual case). ErrNotWaiting: the
-// holder is gone.
+// waiter's, a repaired counter's, a raised cap's); the answer is then a *WaitingError again.
+// A hand-over named it (grantKey): once the slot's entry is the holder's, the level is booked
+// and the funnel goes on from the next level, where it may queue again. granted names the
+// key a wake-up said was handed over (the entry moved): then the state is not read first (one
+// round trip less for the usual case). ErrNotWaiting: the holder is gone.
 func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, look bool) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
@@ -356,19 +350,19 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 	case err != nil:
 		return lease.Holder{}, unavailable("renewing the wait for "+req.Resource, err)
 	}
-	switch {
-	case b.doc.GrantKey != "" && b.doc.State == string(lease.StateHeld):
-		return b.doc.holder(), nil // handed its last level
-	case b.doc.GrantKey != "":
-		if i := b.index(b.doc.GrantKey); i >= 0 {
-			h, done, err := b.takeGrant(ctx, req.Token, i)
-			if done || err != nil {
-				return h, err
-			}
+	if b.doc.GrantKey != "" {
+		i := b.index(b.doc.GrantKey)
+		if i < 0 { // the definition changed under the waiter: it starts over
+			return lease.Holder{}, ErrNotWaiting
 		}
-		return lease.Holder{}, ErrNotWaiting
+		h, done, err := b.verifyGrant(ctx, i)
+		if done || err != nil {
+			return h, err
+		}
+	}
+	switch {
 	case b.doc.State == string(lease.StateHeld):
-		return b.doc.holder(), nil
+		return b.doc.holder(), nil // left the line, its answer lost
 	case b.doc.State != string(lease.StateWaiting):
 		return lease.Holder{}, ErrNotWaiting
 	}
@@ -396,8 +390,53 @@ func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, 
 	return b.from(ctx, i+1)
 }
 
-// takeGrant books the key handed to the holder (the funnel's level i) and goes on with the
-// funnel. done is false when the holder had no grant of that key (the wake-up was stale).
+// verifyGrant follows a read of a holder that a hand-over named (grantKey, the funnel's level
+// i): the slot is the holder's once the counter's entry is, so the entry is read. There: the
+// level is taken (takeGrant). Not there: the hand-over is still moving it, or stopped before
+// (its releaser crashed, or found its own entry given back by another): after the longest a
+// hand-over can take (the operation timeout and markMargin after it named the holder) the
+// holder goes back to its place in the line, and b.doc says so; before, the answer is that it
+// waits. done is false when the caller goes on with b.doc as it is (back in line).
+func (b *funnelRun) verifyGrant(ctx context.Context, i int) (h lease.Holder, done bool, err error) {
+	s, l := b.store, b.levels[i]
+	has, err := s.bookedBy(ctx, []string{l.key}, b.doc.PID)
+	if err != nil {
+		return lease.Holder{}, true, err
+	}
+	if len(has) == 1 {
+		if b.doc.State == string(lease.StateHeld) {
+			return b.doc.holder(), true, nil
+		}
+		h, done, err := b.takeGrant(ctx, b.doc.ID, i)
+		if !done && err == nil {
+			err = ErrNotWaiting
+		}
+		return h, true, err
+	}
+	if b.doc.LastSeenAt.Sub(b.doc.GrantAt) < s.cfg.opTimeout+markMargin {
+		return lease.Holder{}, true, &WaitingError{Busy: &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}, Token: b.doc.ID}
+	}
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "grantKey", Value: l.key}, {Key: "grantFrom", Value: b.doc.GrantFrom}},
+		bson.D{
+			{Key: "$rename", Value: bson.D{{Key: "grantKey", Value: "waitKey"}}},
+			{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StateWaiting)}, {Key: "grantState", Value: string(b.grantState(l.key))},
+				{Key: "waitCap", Value: l.Cap}, {Key: "waitExp", Value: time.Now().Add(b.waitTTL)}}},
+			{Key: "$unset", Value: bson.D{{Key: "grantFrom", Value: ""}, {Key: "grantAt", Value: ""}, {Key: "fence", Value: ""}}},
+		})
+	switch {
+	case err != nil:
+		return lease.Holder{}, true, unavailable("returning to the line of "+l.key, err)
+	case res.MatchedCount == 0:
+		return lease.Holder{}, true, ErrNotWaiting
+	}
+	b.doc.State, b.doc.WaitKey, b.doc.GrantKey, b.doc.GrantFrom, b.doc.Fence = string(lease.StateWaiting), l.key, "", "", 0
+	return lease.Holder{}, false, nil
+}
+
+// takeGrant books the key handed to the holder (the funnel's level i), whose entry there is
+// the holder's, and goes on with the funnel. done is false when the holder had no grant of
+// that key (the wake-up was stale).
 func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease.Holder, done bool, err error) {
 	s, l := b.store, b.levels[i]
 	if i == len(b.levels)-1 {
@@ -412,10 +451,12 @@ func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease
 		}
 		return d.holder(), true, nil
 	}
-	// Not the last level (that one's hand-over made the holder HELD, above): no grant yet.
-	update := append(b.booking(i, lease.StatePending, 0), bson.E{Key: "$push", Value: bson.D{{Key: "levels", Value: l.key}}},
-		bson.E{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}})
-	update = unsetting(update, "grantKey")
+	update := bson.D{
+		{Key: "$set", Value: b.stateSet(lease.StatePending, 0)},
+		{Key: "$addToSet", Value: bson.D{{Key: "levels", Value: l.key}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
+	}
+	update = unsetting(update, "grantKey", "grantFrom", "grantAt")
 	err = s.holders.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StatePending)}, {Key: "grantKey", Value: l.key}},
 		update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&b.doc)
@@ -423,8 +464,8 @@ func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return lease.Holder{}, false, nil
 	case err != nil:
-		// Ambiguous; the holder books the key either way (grantKey or levels), and a
-		// Resume that reads the state finds out which.
+		// Ambiguous; the holder has the entry either way, and a Resume that reads the state
+		// finds out which.
 		return lease.Holder{}, false, unavailable("taking the slot handed over on "+l.key, err)
 	}
 	h, err = b.from(ctx, i+1)
@@ -432,333 +473,21 @@ func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease
 }
 
 // Withdraw takes a waiting acquisition out of the line for good (its deadline came, its
-// caller left): the holder is deleted whatever its state, and every slot it booked (its
+// caller left): the holder is released whatever its state, and every slot it booked (its
 // narrower levels, a slot handed to it meanwhile) is given back, to the next waiter first.
 // It runs to its end whatever ctx, within the store's operation timeout.
 func (s *Store) Withdraw(ctx context.Context, token string) error {
-	_, _, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil, "")
+	_, _, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil)
 	return err
 }
 
-// booked lists the counter keys the holder books: its levels, and a slot handed to it that
-// it has not taken yet.
+// booked lists the counter keys the holder's document says it books: its levels, and a slot
+// handed to it that it has not taken yet.
 func (d holderDoc) booked() []string {
 	if d.GrantKey == "" || slices.Contains(d.Levels, d.GrantKey) {
 		return d.Levels
 	}
 	return append(slices.Clip(d.Levels), d.GrantKey)
-}
-
-// giveBack returns one slot of each key: to the oldest live waiter of that key if there is
-// one (the counter keeps its count; the waiter's holder books the slot as grantKey and its
-// process is woken), else to the counter (decrement).
-//
-// A counter with waiters carries the flag lined (set by every waiter when it tries the
-// level, cleared by a give-back that finds no live waiter). The flag is only a hint of where
-// to look first: a key this store saw lined in the last second is handed over first (one
-// round trip when a waiter takes it); any other key is decremented first, on the condition
-// that it is not lined, so that a release where nobody waits costs what it did without a line
-// (the decrements, sent together: decrementCold). A key that condition kept is handed over
-// after all. A
-// wrong hint costs a round trip, never a slot: a flag cleared while a waiter had just set it is
-// set again at that waiter's next look, and until then the slot goes to the counter, where the
-// waiter's look takes it.
-func (s *Store) giveBack(ctx context.Context, keys []string, hold holdSample) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	var hot, cold []string
-	for _, k := range keys {
-		if s.linedRecently(k) {
-			hot = append(hot, k)
-		} else {
-			cold = append(cold, k)
-		}
-	}
-	var left []string
-	if len(hot) > 0 {
-		rest, err := s.handOver(ctx, hot, hold)
-		if err != nil {
-			return err
-		}
-		left = rest
-	}
-	if len(cold) > 0 {
-		kept, err := s.decrementCold(ctx, cold)
-		if err != nil {
-			return err
-		}
-		if err := s.fault(StepColdDecremented, cold[0]); err != nil {
-			return unavailable(fmt.Sprintf("decrementing %v", cold), err)
-		}
-		for _, k := range kept {
-			s.sawLined(k)
-		}
-		rest, err := s.handOver(ctx, kept, hold)
-		if err != nil {
-			return err
-		}
-		left = append(left, rest...)
-	}
-	return s.decrementUnlined(ctx, left)
-}
-
-// decrementCold decrements each of keys on the condition that it is not lined, and returns
-// those the condition kept (lined: a waiter is handed their slot). One command per key, sent
-// together: one decrement of all keys would not say which it kept, and the lined flags read
-// afterwards cannot tell either, since other processes change them in between (a flag set at
-// the decrement may have been cleared since, one clear then set since), so a hand-over by
-// them could give a slot twice, above its cap, or not at all (TestPartialDecrement...).
-func (s *Store) decrementCold(ctx context.Context, keys []string) (kept []string, err error) {
-	decrement := func(k string) (bool, error) {
-		res, err := s.counters.UpdateOne(ctx, bson.D{
-			{Key: "_id", Value: k},
-			{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
-			{Key: "lined", Value: bson.D{{Key: "$ne", Value: true}}},
-		}, countBy(-1))
-		if err != nil {
-			return false, unavailable("decrementing "+k, err)
-		}
-		return res.MatchedCount == 1, nil
-	}
-	if len(keys) == 1 {
-		ok, err := decrement(keys[0])
-		if err != nil || ok {
-			return nil, err
-		}
-		return keys, nil
-	}
-	done := make([]bool, len(keys))
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Go(func() { done[i], errs[i] = decrement(k) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		// What was decremented stays so; the rest is healed (the caller's error path).
-		return nil, err
-	}
-	for i, k := range keys {
-		if !done[i] {
-			kept = append(kept, k)
-		}
-	}
-	return kept, nil
-}
-
-// handOver hands one slot of each key to its oldest live waiter and returns the keys that
-// had none: one round trip per slot handed over and one that finds nobody, after one that
-// takes the fences of the grants (fence.go).
-func (s *Store) handOver(ctx context.Context, keys []string, hold holdSample) ([]string, error) {
-	var rest []string
-	for resource, keys := range byResource(keys) {
-		r, err := s.handOverOf(ctx, resource, keys, hold)
-		if err != nil {
-			return nil, err
-		}
-		rest = append(rest, r...)
-	}
-	return rest, nil
-}
-
-// handOverOf is handOver of keys of one resource.
-//
-// more narrows the waiters it may hand to (passUp: those of a higher priority).
-func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, hold holdSample, more ...bson.E) ([]string, error) {
-	return s.handOverMarked(ctx, resource, keys, hold, nil, more...)
-}
-
-// handOverMarked is handOverOf that also sets mark on the waiter it hands to (a borrowed
-// slot's borrowKey and borrowCap: borrow.go).
-func (s *Store) handOverMarked(ctx context.Context, resource string, keys []string, hold holdSample, mark bson.D, more ...bson.E) ([]string, error) {
-	rest := slices.Clone(keys)
-	var grants []Grant
-	var origins []string
-	defer func() { s.granted(grants, origins) }()
-	// The fences are taken while this release still holds the slots; a hand-over that
-	// completes a waiter's acquisition records the next one, another leaves a gap.
-	fence, err := s.takeFences(ctx, resource, len(rest), hold)
-	if err != nil {
-		return nil, err // the slots of rest stay booked by their counters until healed (Heal)
-	}
-	for ; len(rest) > 0; fence++ {
-		var d holderDoc
-		err := s.holders.FindOneAndUpdate(ctx,
-			append(bson.D{
-				{Key: "state", Value: string(lease.StateWaiting)},
-				{Key: "waitKey", Value: bson.D{{Key: "$in", Value: rest}}},
-				{Key: "waitExp", Value: bson.D{{Key: "$gt", Value: time.Now()}}},
-				{Key: "grantState", Value: bson.D{{Key: "$exists", Value: true}}},
-			}, more...),
-			bson.D{
-				// The waiter's state becomes the one it asked for when it queued: HELD
-				// at its last level, whose acquisition this write completes.
-				{Key: "$rename", Value: bson.D{{Key: "waitKey", Value: "grantKey"}, {Key: "grantState", Value: "state"}}},
-				{Key: "$set", Value: append(bson.D{{Key: "fence", Value: fence}}, mark...)},
-				{Key: "$unset", Value: bson.D{{Key: "waitExp", Value: ""}, {Key: "waitCap", Value: ""}}},
-				{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}},
-			},
-			options.FindOneAndUpdate().
-				SetSort(lineOrder).
-				SetReturnDocument(options.After)).Decode(&d)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return rest, nil
-		}
-		if err != nil {
-			// The slots of rest stay booked by their counters until healed (Heal).
-			return nil, unavailable(fmt.Sprintf("handing over %v", rest), err)
-		}
-		held := d.State == string(lease.StateHeld)
-		if held && d.Origin == s.origin {
-			s.keepHanded(d)
-		}
-		g := Grant{ID: d.PID, Key: d.GrantKey, Held: held, To: d.Origin}
-		if held {
-			g.Fence = d.Fence
-		}
-		grants = append(grants, g)
-		origins = append(origins, d.Origin)
-		s.sawLined(d.GrantKey)
-		rest = slices.DeleteFunc(rest, func(k string) bool { return k == d.GrantKey })
-		if err := s.fault(StepHandedOver, d.GrantKey); err != nil {
-			return nil, unavailable("handing over "+d.GrantKey, err)
-		}
-	}
-	return nil, nil
-}
-
-// lineOrder is the order of a line: highest priority first (a missing priority sorts after
-// every number, and is 0), then oldest place, then _id. With no priority written it is the
-// order of before priorities: queuedAt, _id.
-var lineOrder = bson.D{{Key: "priority", Value: -1}, {Key: "queuedAt", Value: 1}, {Key: "_id", Value: 1}}
-
-// decrementUnlined returns one slot of each key, which has no live waiter, to its counter and
-// clears the counter's lined flag (and its priority hint), in one round trip.
-func (s *Store) decrementUnlined(ctx context.Context, keys []string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	_, err := s.counters.UpdateMany(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}, {Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		countBy(-1, bson.E{Key: "$set", Value: bson.D{{Key: "lined", Value: false}}},
-			bson.E{Key: "$unset", Value: bson.D{{Key: "linedPrio", Value: ""}}}))
-	if err != nil {
-		return unavailable(fmt.Sprintf("decrementing %v", keys), err)
-	}
-	return nil
-}
-
-// linedHint is how long this store hands a key over first after it saw the key lined.
-const linedHint = time.Second
-
-func (s *Store) sawLined(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lined == nil || len(s.lined) >= maxLined {
-		s.lined = map[string]time.Time{}
-	}
-	s.lined[key] = time.Now()
-}
-
-func (s *Store) linedRecently(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.lined[key]
-	return ok && time.Since(at) < linedHint
-}
-
-// Heal compares one counter with the holders that count its slots and corrects it at once,
-// without waiting for the scheduled reconcile. Every slot of a counter is counted by a holder
-// document from before its increment (IncKey, written first) until after it is given back (the
-// release mark, deleted last), so:
-//
-//   - a count above the holders that book the key, are handed it, are about to increment it or
-//     are being released is a slot nobody will ever give back (a crash, a write whose
-//     answer was lost): it is lowered to that number;
-//   - a count below the holders that surely book it (recorded in levels or handed over, not
-//     being released) is raised to that number (never unsafe).
-//
-// Both writes are a compare-and-set on the counter's rev as it was read before the holders:
-// a count that moved in between makes it miss. It costs two reads, three when it corrects
-// (a second count before lowering, one of those who surely book before raising); callers
-// rate-limit it per key (a level that refuses). It returns how many slots it freed.
-func (s *Store) Heal(ctx context.Context, key string) (int, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	var c counterDoc
-	err := s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&c)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return 0, nil
-	case err != nil:
-		return 0, unavailable("reading counter "+key, err)
-	}
-	maybe, err := s.mayBook(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	if c.Count > maybe {
-		// A count is no snapshot: a slot moving while it runs (handed from one holder to
-		// another, or from grantKey to levels) can be missed. Lowering takes the larger of two
-		// counts, so a slot is lowered away only if both miss it.
-		again, err := s.mayBook(ctx, key)
-		if err != nil {
-			return 0, err
-		}
-		maybe = max(maybe, again)
-	}
-	want := maybe
-	if c.Count <= want {
-		sure, err := s.holders.CountDocuments(ctx, bson.D{
-			{Key: "$or", Value: bson.A{bson.D{{Key: "levels", Value: key}}, bson.D{{Key: "grantKey", Value: key}}}},
-			notReleased,
-		})
-		if err != nil {
-			return 0, unavailable("counting the holders of "+key, err)
-		}
-		if c.Count >= int(sure) {
-			return 0, nil
-		}
-		want = int(sure)
-	}
-	cas := bson.D{{Key: "_id", Value: key}, {Key: "count", Value: c.Count}, {Key: "updatedAt", Value: c.UpdatedAt}}
-	if c.Rev != 0 {
-		cas = append(cas, bson.E{Key: "rev", Value: c.Rev})
-	} else { // a counter written before revisions, or not since its creation
-		cas = append(cas, bson.E{Key: "rev", Value: bson.D{{Key: "$in", Value: bson.A{nil, 0}}}})
-	}
-	res, err := s.counters.UpdateOne(ctx, cas, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "count", Value: want}}},
-		{Key: "$inc", Value: bson.D{{Key: "rev", Value: 1}}},
-		{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
-	})
-	switch {
-	case err != nil:
-		return 0, unavailable("healing counter "+key, err)
-	case res.MatchedCount == 0 || want > c.Count:
-		return 0, nil
-	}
-	return c.Count - want, nil
-}
-
-// mayBook counts the holders that book key, are handed it, are about to increment it or are
-// being released: an upper bound of the slots the counter holds for someone.
-func (s *Store) mayBook(ctx context.Context, key string) (int, error) {
-	n, err := s.holders.CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "levels", Value: key}}, bson.D{{Key: "grantKey", Value: key}}, bson.D{{Key: "incKey", Value: key}},
-	}}})
-	if err != nil {
-		return 0, unavailable("counting the holders of "+key, err)
-	}
-	return int(n), nil
-}
-
-// healAfter runs Heal on key for a path that has just left a slot there that no holder
-// counts (a holder released under its increment). It is best effort: a Heal that fails or
-// misses is repeated by the next refusal of that level.
-func (s *Store) healAfter(ctx context.Context, key string) {
-	_, _ = s.Heal(context.WithoutCancel(ctx), key)
 }
 
 // InLine is one waiting holder of a level's line.

@@ -12,8 +12,8 @@ import (
 // *lease.UnavailableError.
 //
 // It never waits (req.Wait is validated, then ignored) and never writes: no holder, no
-// counter, no line, no lazy sweep, no heal. So a level that a real acquisition would free
-// first by reaping idle holders, or by healing a count a crash left behind, answers busy
+// counter, no line, no lazy sweep, no repair. So a level that a real acquisition would free
+// first by reaping idle holders, or by repairing an entry a crash left behind, answers busy
 // here. It counts in no metric: vance_lease_acquire_total counts acquisitions.
 func (s *Service) DryRun(ctx context.Context, req Request) (Lease, error) {
 	if err := s.validate(req); err != nil {

@@ -49,7 +49,7 @@ func TestDryRunAgreesWithAcquire(t *testing.T) {
 			t.Errorf("%s: the dry run sent %d writes and %d reads, want none and at most three", st.name, writes, reads)
 		}
 		got, err := e.svc.Acquire(ctxT(t), single(st.req))
-		// A refused attempt heals its level in the background: let that end before the
+		// A refused attempt repairs its level in the background: let that end before the
 		// next dry run is counted.
 		if derr := e.svc.Drain(ctxT(t)); derr != nil {
 			t.Fatal(derr)

@@ -152,7 +152,7 @@ func TestStoreHangDuringTheWait(t *testing.T) {
 			took := time.Since(start)
 			proxy.thaw()
 			if tc.busy {
-				asBusy(t, err)
+				_ = asBusy(t, err)
 			} else if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 				t.Fatalf("acquire while the store hangs mid-wait = %v, want unavailable", err)
 			}
@@ -249,7 +249,7 @@ func TestShortWaitAnswersWhileItsCallsHang(t *testing.T) {
 			}
 			err := waitfor.Receive(t, answer, "the answer while the call stalls")
 			if !tc.unavailable {
-				asBusy(t, err)
+				_ = asBusy(t, err)
 			} else if !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrBusy) {
 				t.Errorf("answer = %v, want unavailable", err)
 			}

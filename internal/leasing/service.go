@@ -33,8 +33,8 @@ type Store interface {
 	// (docs/waiting.md).
 	Resume(ctx context.Context, req leasestore.AcquireRequest, granted string, look bool) (lease.Holder, error)
 	Withdraw(ctx context.Context, token string) error
-	// Heal corrects one counter against the holders that book it.
-	Heal(ctx context.Context, key string) (int, error)
+	// Repair removes the entries of one counter whose holder is gone.
+	Repair(ctx context.Context, key string) (int, error)
 	// Ahead counts the live waiters ahead of token in the line of key (all of them when
 	// token is not in it); HoldTimes are the resource's recent hold times. A busy answer
 	// explains itself with them.
@@ -240,8 +240,8 @@ type Service struct {
 	tokens *tokenLabels
 	labels *labelSet
 	sweeps *sweepGate
-	// heals gates the healing of one counter key (Store.Heal).
-	heals *sweepGate
+	// repairs gates the repair of one counter key (Store.Repair).
+	repairs *sweepGate
 
 	dispatching sync.WaitGroup
 	// background runs the store calls a wait does not wait for (wait.go).
@@ -291,7 +291,7 @@ func NewService(store Store, resolver Resolver, types TypeRegistry, opts ...Opti
 		tokens:   newTokenLabels(cfg.tokenCacheSize),
 		labels:   newLabelSet(cfg.maxLabels),
 		sweeps:   newSweepGate(),
-		heals:    newSweepGate(),
+		repairs:  newSweepGate(),
 		watch:    newStoreWatch(),
 	}
 }

@@ -26,7 +26,7 @@ import (
 //     definition change, its deadline or its caller leaving.
 //  3. Handed a slot: it books it and goes on with the funnel (usually one write). Its timer:
 //     it renews its place and tries the level once (room nobody was handed), and asks for the
-//     level to be swept and healed. A changed definition: it leaves and starts over.
+//     level to be swept and repaired. A changed definition: it leaves and starts over.
 //  4. Deadline or caller gone: it leaves the line; whatever it booked, or was handed
 //     meanwhile, goes to the next waiter.
 //
@@ -112,10 +112,10 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 			return h, err
 		}
 		// Not in line: a lazy sweep may free the slot at once; a short wait tries once more
-		// at three quarters of it. The refusal asks for the level to be healed as well.
-		if s.heals.allow(busyKey(busy), s.clk.Now(), s.cfg.sweepInterval) {
+		// at three quarters of it. The refusal asks for the level to be repaired as well.
+		if s.repairs.allow(busyKey(busy), s.clk.Now(), s.cfg.sweepInterval) {
 			key := busyKey(busy)
-			s.background.Go(func() { _, _ = s.store.Heal(context.Background(), key) })
+			s.background.Go(func() { _, _ = s.store.Repair(context.Background(), key) })
 		}
 		// With a wait, the sweep and the retry it earns are later calls, bounded by the
 		// deadline; without one they are part of the one attempt.
@@ -513,8 +513,8 @@ func (s *Service) withdraw(ctx context.Context, token string) {
 }
 
 // tend asks, at most once per sweep interval each, for the lazy idle sweep of the resource
-// and for the healing of the full level's counter, on their own goroutines: a holder gone
-// idle, or a slot left booked by a crash, comes back to the line without an operator (the
+// and for the repair of the full level's counter, on their own goroutines: a holder gone
+// idle, or an entry whose holder is gone, comes back to the line without an operator (the
 // store hands it to the oldest waiter).
 func (s *Service) tend(req leasestore.AcquireRequest, busy *lease.BusyError) {
 	ctx := context.Background()
@@ -522,8 +522,8 @@ func (s *Service) tend(req leasestore.AcquireRequest, busy *lease.BusyError) {
 		s.background.Go(func() { s.sweepNow(ctx, req) })
 	}
 	key := busyKey(busy)
-	if s.heals.allow(key, s.clk.Now(), s.cfg.sweepInterval) {
-		s.background.Go(func() { _, _ = s.store.Heal(ctx, key) })
+	if s.repairs.allow(key, s.clk.Now(), s.cfg.sweepInterval) {
+		s.background.Go(func() { _, _ = s.store.Repair(ctx, key) })
 	}
 }
 

@@ -531,14 +531,16 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 // to a waiter of another, and the hand-over completes that waiter's acquisition (the level is
 // its last): the waiter's process learns it from the event and answers without a write of its
 // own (before, it took the slot with one). Reads are not counted: the waiter's first look
-// sweeps and heals the level in the background.
+// sweeps and repairs the level in the background.
 func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 	var mu sync.Mutex
 	var cmds []string
 	counting := false
 	// The waiter's entry into the line ends with its one try of the level, whose first write
 	// (a findAndModify that marks the level lined) may still be on its way when the waiter
-	// shows in the line: counting starts after it.
+	// shows in the line: counting starts once the server has answered it (a release that
+	// reached the server before it would find no line, and the waiter would take the slot
+	// itself).
 	entered := make(chan struct{})
 	observe := func(cmd string) {
 		mu.Lock()
@@ -547,10 +549,15 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 		case "findAndModify", "update", "insert", "delete":
 			if counting {
 				cmds = append(cmds, cmd)
-			} else if cmd == "findAndModify" && entered != nil {
-				close(entered)
-				entered = nil
 			}
+		}
+	}
+	replied := func(cmd string, _ int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cmd == "findAndModify" && !counting && entered != nil {
+			close(entered)
+			entered = nil
 		}
 	}
 	uri, err := mongotest.URI()
@@ -561,7 +568,7 @@ func TestHandedOverToAnotherProcessAnswersWithoutAWrite(t *testing.T) {
 	defs := []leaseDef{{name: "x", global: 1, ttlSeconds: 60, waitMs: 30000}}
 	a := newProcessesAt(t, uri, db, 1, defs, processOpts{safety: time.Minute})[0]
 	b := newProcessesAt(t, uri, db, 1, defs,
-		processOpts{safety: time.Minute, storeOpts: []leasestore.Option{leasestore.WithCommandObserver(observe)}})[0]
+		processOpts{safety: time.Minute, storeOpts: []leasestore.Option{leasestore.WithCommandObserver(observe), leasestore.WithReplyObserver(replied)}})[0]
 	held := mustAcquire(t, a.svc, podReq("x", 0))
 	got := make(chan error, 1)
 	go func() {

@@ -166,18 +166,18 @@ func (s *reconcileStorage) Create(ctx context.Context, obj runtime.Object, valid
 	}
 	res, err := a.deps.Store.Reconcile(ctx)
 	// Counted as the sweeper counts it: corrected and recreated counters both had a wrong count.
-	if fixed := res.Corrected + res.Created; fixed > 0 {
+	if fixed := res.Corrected; fixed > 0 {
 		a.deps.Metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected).Add(float64(fixed))
 	}
 	out.Result = reconcileResult(res)
 	if err != nil {
 		return nil, storeError(a.deps.Log, "reconciling", err)
 	}
-	a.deps.Log.Info("Reconcile through the live API", "corrected", res.Corrected, "created", res.Created, "deleted", res.Deleted)
+	a.deps.Log.Info("Reconcile through the live API", "corrected", res.Corrected, "repaired", res.Repaired, "deleted", res.Deleted)
 	return out, nil
 }
 
 func reconcileResult(r leasestore.ReconcileResult) livev1alpha1.ReconcileResult {
-	return livev1alpha1.ReconcileResult{Corrected: int64(r.Corrected), Deleted: int64(r.Deleted), Created: int64(r.Created),
+	return livev1alpha1.ReconcileResult{Corrected: int64(r.Corrected), Deleted: int64(r.Deleted), Repaired: int64(r.Repaired),
 		Skipped: int64(r.Skipped), Unmarked: int64(r.Unmarked)}
 }

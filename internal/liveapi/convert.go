@@ -261,6 +261,8 @@ func counterObject(c lease.Counter, ns string) livev1alpha1.LeaseCounter {
 		Count:     int64(c.Count),
 		Booked:    int64(c.Booked),
 		Drift:     c.Drift(),
+		Holders:   c.Holders,
+		Gone:      c.Gone,
 		Waiting:   int64(c.Waiting),
 		Borrowed:  int64(c.Borrowed),
 		UpdatedAt: metav1.NewTime(c.UpdatedAt),

@@ -91,8 +91,9 @@ type RevokePodResult struct {
 type ReconcileView struct {
 	Corrected int `json:"corrected"`
 	Deleted   int `json:"deleted"`
-	Created   int `json:"created"`
 	Skipped   int `json:"skipped"`
+	// Repaired: entries removed because the holder they name was gone.
+	Repaired int `json:"repaired,omitempty"`
 	// Unmarked: holders whose borrowed mark was dropped (their tenant back within its cap).
 	Unmarked int `json:"unmarked,omitempty"`
 }

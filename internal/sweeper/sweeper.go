@@ -200,7 +200,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	res.Reconcile = rr
 	// Corrected and recreated counters both had a wrong count; deleted ones are dormant
 	// documents no holder books any more.
-	if fixed := rr.Corrected + rr.Created; fixed > 0 {
+	if fixed := rr.Corrected; fixed > 0 {
 		s.metrics.Reconcile.WithLabelValues(metrics.ReconcileCorrected).Add(float64(fixed))
 	}
 	if err != nil {
@@ -281,9 +281,9 @@ func (s *Sweeper) logRound(res Result, err error) {
 		s.log.Error(err, "Sweep incomplete", "idle", res.Idle, "pod", res.Pod)
 		return
 	}
-	if res.Idle > 0 || res.Pod > 0 || res.Reconcile.Corrected > 0 || res.Reconcile.Created > 0 || res.Reconcile.Deleted > 0 || res.Reconcile.Unmarked > 0 {
+	if res.Idle > 0 || res.Pod > 0 || res.Reconcile.Corrected > 0 || res.Reconcile.Repaired > 0 || res.Reconcile.Deleted > 0 || res.Reconcile.Unmarked > 0 {
 		s.log.Info("Sweep", "idle", res.Idle, "pod", res.Pod, "corrected", res.Reconcile.Corrected,
-			"created", res.Reconcile.Created, "deleted", res.Reconcile.Deleted, "skipped", res.Reconcile.Skipped,
+			"repaired", res.Reconcile.Repaired, "deleted", res.Reconcile.Deleted, "skipped", res.Reconcile.Skipped,
 			"unmarked", res.Reconcile.Unmarked)
 	} else {
 		s.log.V(1).Info("Sweep found nothing")

@@ -343,7 +343,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 					},
 					"count": {
 						SchemaProps: spec.SchemaProps{
-							Description: "count is the stored count.",
+							Description: "count is the number of the counter's entries: one per booked slot, each naming the holder that books it.",
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int64",
@@ -351,7 +351,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 					},
 					"booked": {
 						SchemaProps: spec.SchemaProps{
-							Description: "booked is the number of holders that book this counter; count and booked differ only in a crash window, until the next reconcile.",
+							Description: "booked is the number of the entries whose holder exists; count and booked differ only while an entry names a holder that is gone (a booking that arrived after its holder's release), until the repair removes it.",
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int64",
@@ -363,6 +363,44 @@ func schema_lease_operator_api_live_v1alpha1_LeaseCounter(ref common.ReferenceCa
 							Default:     false,
 							Type:        []string{"boolean"},
 							Format:      "",
+						},
+					},
+					"holders": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "holders are the public IDs of the holders the entries name, sorted: exactly who books the level.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"gone": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "gone are those of holders whose holder no longer exists: entries the repair removes.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
 						},
 					},
 					"waiting": {
@@ -1091,18 +1129,18 @@ func schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref common.Referenc
 							Format:  "int64",
 						},
 					},
-					"created": {
+					"skipped": {
 						SchemaProps: spec.SchemaProps{
 							Default: 0,
 							Type:    []string{"integer"},
 							Format:  "int64",
 						},
 					},
-					"skipped": {
+					"repaired": {
 						SchemaProps: spec.SchemaProps{
-							Default: 0,
-							Type:    []string{"integer"},
-							Format:  "int64",
+							Description: "repaired: entries removed because the holder they name was gone (docs/design.md, \"Bookings\"); corrected counts the counters they were removed from.",
+							Type:        []string{"integer"},
+							Format:      "int64",
 						},
 					},
 					"unmarked": {
@@ -1113,7 +1151,7 @@ func schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref common.Referenc
 						},
 					},
 				},
-				Required: []string{"corrected", "deleted", "created", "skipped"},
+				Required: []string{"corrected", "deleted", "skipped"},
 			},
 		},
 	}

@@ -128,13 +128,24 @@ type LeaseCounter struct {
 	Tenant string `json:"tenant,omitempty"`
 	// key is the counter's key in the store.
 	Key string `json:"key"`
-	// count is the stored count.
+	// count is the number of the counter's entries: one per booked slot, each naming the
+	// holder that books it.
 	Count int64 `json:"count"`
-	// booked is the number of holders that book this counter; count and booked differ only
-	// in a crash window, until the next reconcile.
+	// booked is the number of the entries whose holder exists; count and booked differ only
+	// while an entry names a holder that is gone (a booking that arrived after its holder's
+	// release), until the repair removes it.
 	Booked int64 `json:"booked"`
 	// drift is true when count and booked differ.
 	Drift bool `json:"drift"`
+	// holders are the public IDs of the holders the entries name, sorted: exactly who books
+	// the level.
+	// +optional
+	// +listType=atomic
+	Holders []string `json:"holders,omitempty"`
+	// gone are those of holders whose holder no longer exists: entries the repair removes.
+	// +optional
+	// +listType=atomic
+	Gone []string `json:"gone,omitempty"`
 	// waiting is the number of acquisitions waiting in the counter's line for one of its
 	// slots. While anyone waits the count stays at the cap: a freed slot goes to the oldest
 	// waiter, and newcomers queue behind.
@@ -244,8 +255,10 @@ type Reconcile struct {
 type ReconcileResult struct {
 	Corrected int64 `json:"corrected"`
 	Deleted   int64 `json:"deleted"`
-	Created   int64 `json:"created"`
 	Skipped   int64 `json:"skipped"`
+	// repaired: entries removed because the holder they name was gone (docs/design.md,
+	// "Bookings"); corrected counts the counters they were removed from.
+	Repaired int64 `json:"repaired,omitempty"`
 	// unmarked: holders whose borrowed mark was dropped, their tenant being back within its
 	// cap (docs/borrowing.md, "The mark").
 	Unmarked int64 `json:"unmarked,omitempty"`

@@ -96,6 +96,16 @@ func (in *LeaseCounter) DeepCopyInto(out *LeaseCounter) {
 	*out = *in
 	out.TypeMeta = in.TypeMeta
 	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if in.Holders != nil {
+		in, out := &in.Holders, &out.Holders
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.Gone != nil {
+		in, out := &in.Gone, &out.Gone
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	in.UpdatedAt.DeepCopyInto(&out.UpdatedAt)
 }
 

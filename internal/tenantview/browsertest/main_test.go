@@ -73,7 +73,7 @@ func run(m *testing.M) (int, error) {
 	var closeStore func()
 	var err error
 	store, dbURI, dbName, closeStore, err = storetest.OpenShared(ctx, "tenantview",
-		leasestore.WithSafetyMargin(margin), leasestore.WithReconcileConfirm(0))
+		leasestore.WithSafetyMargin(margin))
 	if err != nil {
 		return 1, err
 	}

@@ -5,11 +5,15 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // New opens a store on a database of its own on the test MongoDB.
@@ -64,4 +68,31 @@ func OpenShared(ctx context.Context, prefix string, opts ...leasestore.Option) (
 		return nil, "", "", nil, err
 	}
 	return s, uri, db, close, nil
+}
+
+// LateEntry writes, at the counter key of database db, an entry of the holder with public ID
+// pid, as a booking would that arrives after its holder was released and deleted (a
+// network's late duplicate): an entry nobody will give back, which the repair removes. The
+// counter is created if needed.
+func LateEntry(ctx context.Context, uri, db, key, pid string) error {
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
+	resource, rest, _ := strings.Cut(key, "|")
+	level, scope, _ := strings.Cut(rest, "|")
+	tenant := ""
+	if level != "global" {
+		tenant, _, _ = strings.Cut(scope, "/")
+	}
+	_, err = client.Database(db).Collection(leasestore.CountersCollection).UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: key}, {Key: "slots." + pid, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: "slots." + pid, Value: bson.D{}}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "resource", Value: resource}, {Key: "level", Value: level}, {Key: "scope", Value: scope}, {Key: "tenant", Value: tenant}}},
+			{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}},
+		}, options.UpdateOne().SetUpsert(true))
+	return err
 }
