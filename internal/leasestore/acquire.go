@@ -243,13 +243,9 @@ func (b *funnelRun) bookLevel(ctx context.Context, i int) (booking, int, error) 
 // every slot is booked (fence.go).
 func (b *funnelRun) record(ctx context.Context, i int, borrowed bool) error {
 	s, l := b.store, b.levels[i]
-	state, fence := lease.StatePending, int64(0)
-	if i == len(b.levels)-1 {
-		state = lease.StateHeld
-		var err error
-		if fence, err = s.takeFences(ctx, b.doc.Resource, 1, holdSample{}); err != nil {
-			return s.abandon(ctx, b.doc, err)
-		}
+	state, fence, err := b.grantOf(ctx, i)
+	if err != nil {
+		return s.abandon(ctx, b.doc, err)
 	}
 	update := bson.D{{Key: "$set", Value: b.stateSet(state, fence)}, {Key: "$addToSet", Value: bson.D{{Key: "levels", Value: l.key}}}}
 	if borrowed {
@@ -269,6 +265,16 @@ func (b *funnelRun) record(ctx context.Context, i int, borrowed bool) error {
 		return s.abandon(ctx, b.doc, unavailable("acquiring "+b.doc.Resource, err))
 	}
 	return nil
+}
+
+// grantOf is the state a holder takes when it records level i: PENDING before the funnel's
+// last level; at it HELD, with the fence taken now that every slot is booked (fence.go).
+func (b *funnelRun) grantOf(ctx context.Context, i int) (lease.HolderState, int64, error) {
+	if i < len(b.levels)-1 {
+		return lease.StatePending, 0, nil
+	}
+	fence, err := b.store.takeFences(ctx, b.doc.Resource, 1, holdSample{})
+	return lease.StateHeld, fence, err
 }
 
 // stateSet is the $set of a write that records a level: the holder's new state, with the

@@ -225,13 +225,9 @@ func (s *Store) markLined(ctx context.Context, l funnelLevel, prio int, resource
 // its release may have looked before the entry was written.
 func (b *funnelRun) leaveLine(ctx context.Context, i int, borrowed bool) error {
 	s, l := b.store, b.levels[i]
-	state, fence := lease.StatePending, int64(0)
-	if i == len(b.levels)-1 {
-		state = lease.StateHeld
-		var err error
-		if fence, err = s.takeFences(ctx, b.doc.Resource, 1, holdSample{}); err != nil {
-			return err // still in line with the entry: the next try takes it
-		}
+	state, fence, err := b.grantOf(ctx, i)
+	if err != nil {
+		return err // still in line with the entry: the next try takes it
 	}
 	update := bson.D{
 		{Key: "$set", Value: b.stateSet(state, fence)},
