@@ -1,4 +1,5 @@
-# Build the manager (which is also the lease agent in sidecar mode) and the kubectl plugin.
+# One image, two programs: the manager (/manager, the entrypoint) and the lease agent it
+# injects into workload pods (/agent, its own small binary, cmd/agent).
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -8,10 +9,11 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o manager ./cmd/manager
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/agent
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
-COPY --from=builder /workspace/manager .
+# /manager runs the operator; the webhook injects /agent into workload pods.
+COPY --from=builder /out/manager /out/agent /
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -125,6 +125,7 @@ test-robustness-short: mongodev ## The robustness suite's short run (CI): one se
 .PHONY: bench
 bench: mongodev ## Run the benchmarks (store round trips per operation, contention) against the dev server or $$MONGODB_URI.
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'Uncontended|Contended' -benchtime 200x ./internal/leasestore/
+	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'AgentFootprint|AgentFleet' -benchtime 1x -timeout 20m ./cmd/agent/
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench Scale -benchtime 3x -timeout 30m ./internal/leasestore/
 	MONGODEV_BIN=$(MONGODEV) go test -run '^$$' -bench 'ContendedWaiting' -benchtime 100x ./internal/leasing/
 	# Waiting (docs/waiting.md): fixed-length runs, about two minutes.
@@ -142,8 +143,8 @@ bench: mongodev ## Run the benchmarks (store round trips per operation, contenti
 
 ##@ Build
 .PHONY: build
-build: ## Build the manager and the kubectl plugin into bin/.
-	go build -o $(LOCALBIN)/manager ./cmd/manager
+build: ## Build the manager, the agent and the kubectl plugin into bin/.
+	go build -o $(LOCALBIN)/ ./cmd/manager ./cmd/agent
 	go build -o $(LOCALBIN)/kubectl-lease ./cmd/kubectl-lease
 
 .PHONY: mongodev

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/adminapi"
 	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/serving"
 )
 
 // named answers 200 with its name, so that a test sees which handler a route reached.
@@ -28,7 +29,7 @@ func serve(h http.Handler, path string) (int, string) {
 // every pod reaches. The admission server must answer 404 for its routes; only the operator
 // API's own listener serves them.
 func TestAPIServersKeepTheOperatorAPIOffTheAdmissionPort(t *testing.T) {
-	h := routeHandlers{api: named("api"), revoked: named("revoked"), relay: named("relay")}
+	h := serving.Handlers{API: named("api"), Revoked: named("revoked"), Relay: named("relay")}
 	type answer struct {
 		Server, Path string
 		Status       int
@@ -70,8 +71,8 @@ func TestAPIServersKeepTheOperatorAPIOffTheAdmissionPort(t *testing.T) {
 			var got []answer
 			for _, srv := range apiServers(tc.flags, h, named("admin")) {
 				for _, p := range paths {
-					status, body := serve(srv.handler, p)
-					got = append(got, answer{srv.addr, p, status, body})
+					status, body := serve(srv.Handler, p)
+					got = append(got, answer{srv.Addr, p, status, body})
 				}
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {

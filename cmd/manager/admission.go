@@ -13,8 +13,10 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
+	"github.com/vancetope/lease-operator/internal/serving"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 )
 
 // admissionParts are what the manager's admission port is built from.
@@ -39,30 +41,30 @@ type admissionParts struct {
 // agentauth.Verifier accepts a request from a pod, signed with its namespace's agent key, for
 // the definitions, the sweep relay and the reclaim relay; forwarded revocations are signed with
 // the manager's namespace's key and sent by its replicas (docs/security.md).
-func admissionHandlers(f managerFlags, p admissionParts) routeHandlers {
-	agentKey := func(namespace string) string { return agentlink.AgentKey(f.store.secret, namespace) }
+func admissionHandlers(f managerFlags, p admissionParts) serving.Handlers {
+	agentKey := func(namespace string) string { return agentlink.AgentKey(f.store.Secret, namespace) }
 	agents := agentauth.NewVerifier(p.identify, agentKey, agentauth.WithLogger(ctrl.Log.WithName("agents")))
-	return routeHandlers{
-		api: httpapi.NewHandler(p.svc, httpapi.WithPodIdentity(httpapi.PodIdentity(p.identify)),
-			httpapi.WithTenantBinder(managerBinder(p.tenants, f.allowNonPod)), httpapi.WithEvents(p.hub), httpapi.WithMaxWait(maxWait)),
-		revoked: newReceiver(p.self, p.registry, agentKey(p.self.Namespace), p.store, agentlink.WithSenders(agents.From(p.self.Namespace))),
+	return serving.Handlers{
+		API: httpapi.NewHandler(p.svc, httpapi.WithPodIdentity(httpapi.PodIdentity(p.identify)),
+			httpapi.WithTenantBinder(managerBinder(p.tenants, f.allowNonPod)), httpapi.WithEvents(p.hub), httpapi.WithMaxWait(serving.MaxWait)),
+		Revoked: serving.NewReceiver(p.self, p.registry, agentKey(p.self.Namespace), p.store, ctrl.Log.WithName("receiver"), agentlink.WithSenders(agents.From(p.self.Namespace))),
 		// Agents ask for the lazy idle sweep here, so that the reaped holders go through this
 		// manager's dispatch matrix (an agent watches no pods); they name a lease, which is
 		// resolved for their own tenant.
-		relay: sweeper.RelayHandler(p.store, p.listener, agents, p.tenants, p.resolver,
+		Relay: sweeper.RelayHandler(p.store, p.listener, agents, p.tenants, p.resolver,
 			sweeper.WithRelayClock(realClock), sweeper.WithRelayLogger(ctrl.Log.WithName("relay"))),
 		// Agents ask for their waiters' borrowing reclaims here, for the same reason.
-		reclaim: sweeper.ReclaimRelayHandler(p.svc, agents, leasing.ErrNotOwed,
+		Reclaim: sweeper.ReclaimRelayHandler(p.svc, agents, leasing.ErrNotOwed,
 			sweeper.WithRelayClock(realClock), sweeper.WithRelayLogger(ctrl.Log.WithName("reclaim"))),
 		// Agents read no Kubernetes API: they ask here for their tenant and definitions.
-		definitions: deflink.NewHandler(p.resolver, p.tenants, agents, p.versions, deflink.WithLogger(ctrl.Log.WithName("definitions"))),
+		Definitions: deflink.NewHandler(p.resolver, p.tenants, agents, p.versions, deflink.WithLogger(ctrl.Log.WithName("definitions"))),
 	}
 }
 
 // agentVersions is the version the agents' definition watches follow: every invalidation of the
 // resolver and every change of a namespace's tenant moves it (docs/security.md, "Agents ask the
 // manager").
-func agentVersions(resolver *definition.Resolver, tenants *tenancy.Informed) *deflink.Versions {
+func agentVersions(resolver *definition.Resolver, tenants *k8stenancy.Informed) *deflink.Versions {
 	versions := deflink.NewVersions()
 	resolver.OnChange(versions.Bump)
 	tenants.OnChange(func(string) { versions.Bump() })

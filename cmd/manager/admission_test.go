@@ -25,6 +25,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/serving"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
@@ -104,13 +105,13 @@ func TestInternalRoutesAnswerOnlyAgents(t *testing.T) {
 	for _, allowNonPod := range []bool{false, true} {
 		t.Run(fmt.Sprintf("allow-non-pod-callers=%v", allowNonPod), func(t *testing.T) {
 			f := managerFlags{allowNonPod: allowNonPod}
-			f.store.secret = secret
+			f.store.Secret = secret
 			h := admissionHandlers(f, parts)
-			mux := routes(h)
+			mux := serving.Routes(h)
 			var internal []string
-			for _, r := range routeTable(h) {
-				if strings.HasPrefix(r.path, "/internal/") {
-					internal = append(internal, r.path)
+			for _, r := range serving.RouteTable(h) {
+				if strings.HasPrefix(r.Path, "/internal/") {
+					internal = append(internal, r.Path)
 				}
 			}
 			slices.Sort(internal)

@@ -1,56 +1,45 @@
-// Command manager is the lease operator. Run without a mode it is the manager (definitions
-// controller, pod watch, sweeps, revocation dispatch, admission HTTP API, sidecar injection
-// webhook); `manager agent` is the lease agent that the webhook injects as a sidecar (the
-// admission API on 127.0.0.1 with the pod's own identity, and the endpoint that receives
-// revocations forwarded by other pods).
+// Command manager is the lease operator: definitions controller, pod watch, sweeps,
+// revocation dispatch, admission HTTP API, live API and the webhooks (sidecar injection, pod
+// admission). The lease agent that the webhook injects is its own binary (cmd/agent), in the
+// same image; `manager agent …`, what pods injected by an earlier version run, starts it.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 
-	"github.com/vancetope/lease-operator/internal/settings"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 func main() {
 	args := os.Args[1:]
-	mode := "manager"
-	if len(args) > 0 && (args[0] == "agent" || args[0] == "manager") {
-		mode, args = args[0], args[1:]
+	if len(args) > 0 && args[0] == "manager" {
+		args = args[1:]
 	}
-	var err error
-	switch mode {
-	case "agent":
-		err = runAgent(args)
-	default:
-		err = runManager(args)
+	if len(args) > 0 && args[0] == "agent" {
+		// Pods injected by an earlier version run `manager agent …` from this image: the
+		// agent is its own binary beside this one (cmd/agent).
+		fmt.Fprintf(os.Stderr, "manager: %v\n", execAgent(args[1:]))
+		os.Exit(1)
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", mode, err)
+	if err := runManager(args); err != nil {
+		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-// storeFlags are the store settings shared by both modes.
-type storeFlags struct {
-	uri         string
-	database    string
-	defaultsDir string
-	secret      string
-}
-
-func (s *storeFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&s.uri, "mongodb-uri", envOr(settings.EnvMongoURI, settings.DefaultMongoURI),
-		"MongoDB connection string (env MONGODB_URI).")
-	fs.StringVar(&s.database, "mongodb-database", envOr(settings.EnvMongoDatabase, settings.DefaultMongoDatabase),
-		"MongoDB database of the counters and holders (env MONGODB_DATABASE).")
-	fs.StringVar(&s.defaultsDir, "defaults-dir", "",
-		"Directory of built-in lease definition files <name>.yaml that extend the compiled-in ones.")
-	fs.StringVar(&s.secret, "internal-secret", os.Getenv(settings.EnvInternalSecret),
-		"Shared secret of the internal revocation endpoints (env LEASE_INTERNAL_SECRET). Empty: the manager uses the Secret lease-internal-secret of the system namespace, creating it once; an agent without a key refuses every forward.")
+// execAgent replaces the process with the agent binary next to this one.
+func execAgent(args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the agent binary: %w", err)
+	}
+	bin := filepath.Join(filepath.Dir(self), "agent")
+	return fmt.Errorf("running %s: %w", bin, syscall.Exec(bin, append([]string{bin}, args...), os.Environ()))
 }
 
 // parse parses args with zap's flags added and installs the logger.
@@ -62,11 +51,4 @@ func parse(fs *flag.FlagSet, args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

@@ -39,14 +39,18 @@ import (
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers/k8ssecret"
+	"github.com/vancetope/lease-operator/internal/revocation/podevents"
+	"github.com/vancetope/lease-operator/internal/serving"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 )
 
 // managerFlags are the manager's settings.
 type managerFlags struct {
-	store           storeFlags
+	store           serving.StoreFlags
 	adminSecret     string
 	adminAddr       string
 	mcpEndpoints    string
@@ -72,7 +76,7 @@ type managerFlags struct {
 }
 
 func (f *managerFlags) bind(fs *flag.FlagSet) {
-	f.store.bind(fs)
+	f.store.Bind(fs)
 	f.tenancy.bind(fs)
 	fs.StringVar(&f.mcpEndpoints, "mcp-endpoints", "",
 		"Comma-separated MCP endpoints (http(s) URLs) the reaper may send a session DELETE to; a tenant's Secret supplies credentials for these only. Empty: none (docs/security.md).")
@@ -117,20 +121,22 @@ func runManager(args []string) error {
 		return err
 	}
 	ctx := ctrl.SetupSignalHandler()
+	// The lease metrics go to controller-runtime's registry, which the metrics endpoint serves.
+	metrics.UseRegistry(ctrlmetrics.Registry)
 
 	mgr, err := setupManager(f)
 	if err != nil {
 		return err
 	}
-	if f.store.secret == "" {
+	if f.store.Secret == "" {
 		// Unsigned revocations are refused everywhere: without a flag, every replica shares
 		// one generated secret stored in the system namespace.
-		if f.store.secret, err = ensureInternalSecret(ctx, mgr.GetConfig(), f.tenancy.systemNamespace); err != nil {
+		if f.store.Secret, err = ensureInternalSecret(ctx, mgr.GetConfig(), f.tenancy.systemNamespace); err != nil {
 			return err
 		}
 	}
-	wt := newWaiting()
-	store, closeStore, err := setupStore(f.store, append(wt.storeOptions(), leasestore.WithSafetyMargin(f.reconcileSafety))...)
+	wt := serving.NewWaiting()
+	store, closeStore, err := f.store.Connect(append(wt.StoreOptions(), leasestore.WithSafetyMargin(f.reconcileSafety))...)
 	if err != nil {
 		return err
 	}
@@ -140,11 +146,11 @@ func runManager(args []string) error {
 		// answers; the indexes are created by the next start.
 		ctrl.Log.WithName("setup").Error(err, "Creating the store's indexes failed; continuing")
 	}
-	resolver, tenants, err := newTenantResolver(ctx, mgr, f.store.defaultsDir, f.tenancy, splitList(f.namespaces))
+	resolver, tenants, err := newTenantResolver(ctx, mgr, f.store.DefaultsDir, f.tenancy, splitList(f.namespaces))
 	if err != nil {
 		return err
 	}
-	wt.followDefinitions(resolver)
+	wt.FollowDefinitions(resolver.OnChange)
 	if err := controller.SetupLeaseDefinitions(ctx, mgr, resolver, tenants); err != nil {
 		return err
 	}
@@ -174,7 +180,7 @@ func runManager(args []string) error {
 	if err := setupChecks(mgr, rev.watcher); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "admin", adminLogAddr(f), "database", f.store.database, "webhook", f.webhooksOn(), "podAdmission", f.podAdmission)
+	ctrl.Log.WithName("setup").Info("Starting the manager", "api", f.apiAddr, "admin", adminLogAddr(f), "database", f.store.Database, "webhook", f.webhooksOn(), "podAdmission", f.podAdmission)
 	return mgr.Start(ctx)
 }
 
@@ -264,11 +270,11 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 		return revocationParts{}, err
 	}
 	m := metrics.Default()
-	hub := notify.NewHub(eventsKeep, realClock)
-	registry := handlers.NewDefaultRegistry(hub, handlers.ClientSecretReader{Reader: mgr.GetAPIReader()}, nil, splitList(f.mcpEndpoints)...)
+	hub := notify.NewHub(serving.EventsKeep, realClock)
+	registry := handlers.NewDefaultRegistry(hub, k8ssecret.Reader{Reader: mgr.GetAPIReader()}, nil, splitList(f.mcpEndpoints)...)
 	dispatcher := revocation.NewDispatcher(watcher, self, registry,
-		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agentPort, f.store.secret)),
-		revocation.WithRecorder(mgr.GetEventRecorder("lease-operator")),
+		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agentPort, f.store.Secret)),
+		revocation.WithRecorder(podevents.New(mgr.GetEventRecorder("lease-operator"))),
 		revocation.WithMetrics(m),
 		revocation.WithRegisterer(ctrlmetrics.Registry),
 		revocation.WithLogger(ctrl.Log.WithName("revocation")))
@@ -287,10 +293,10 @@ func setupRevocation(mgr ctrl.Manager, f managerFlags, store *leasestore.Store) 
 // relay and the agents' definitions on --api-bind-address, and the operator API on --admin-bind-address. It returns the
 // admission service, whose dry run the live API's acquisition reviews run.
 func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store *leasestore.Store, resolver *definition.Resolver,
-	tenants *tenancy.Informed, rev revocationParts, wt waiting) (*leasing.Service, error) {
-	svc := leasing.NewService(store, resolver, rev.registry, append(wt.serviceOptions(),
+	tenants *k8stenancy.Informed, rev revocationParts, wt serving.Waiting) (*leasing.Service, error) {
+	svc := leasing.NewService(store, resolver, rev.registry, append(wt.ServiceOptions(),
 		leasing.WithRevocationListener(rev.dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(rev.metrics))...)
-	wt.startNotifier(ctx, store)
+	wt.StartNotifier(ctx, store)
 	ctrlmetrics.Registry.MustRegister(metrics.NewStateCollector(metrics.StoreState(store, resolver))) // docs/observability.md
 	servers := apiServers(f, admissionHandlers(f, admissionParts{
 		svc: svc, store: store, resolver: resolver, tenants: tenants, identify: podByIP(rev.watcher),
@@ -299,7 +305,7 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 		adminapi.WithMetrics(rev.metrics), adminapi.WithLogger(ctrl.Log.WithName("admin"))))
 	for _, srv := range servers {
 		if err := mgr.Add(srv); err != nil {
-			return nil, fmt.Errorf("adding the %s: %w", srv.name, err)
+			return nil, fmt.Errorf("adding the %s: %w", srv.Name, err)
 		}
 	}
 	return svc, nil
@@ -310,10 +316,10 @@ func setupAPIServer(ctx context.Context, mgr ctrl.Manager, f managerFlags, store
 // admin secret is set, the operator API alone on --admin-bind-address. The admission server
 // never routes the operator API: every pod reaches it, and the bearer secret must not travel
 // there (issue 26).
-func apiServers(f managerFlags, h routeHandlers, admin http.Handler) []httpServer {
-	servers := []httpServer{{name: "admission API", addr: f.apiAddr, handler: routes(h)}}
+func apiServers(f managerFlags, h serving.Handlers, admin http.Handler) []serving.HTTPServer {
+	servers := []serving.HTTPServer{{Name: "admission API", Addr: f.apiAddr, Handler: serving.Routes(h)}}
 	if f.adminSecret != "" {
-		servers = append(servers, httpServer{name: "operator API", addr: f.adminAddr, handler: adminRoutes(admin)})
+		servers = append(servers, serving.HTTPServer{Name: "operator API", Addr: f.adminAddr, Handler: adminRoutes(admin)})
 	}
 	return servers
 }
@@ -355,8 +361,8 @@ func setupWebhooks(mgr ctrl.Manager, f managerFlags) error {
 	if f.agentImage == "" {
 		return nil
 	}
-	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.database, ManagerURL: f.agentManagerURL,
-		AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.secret, ns) }}
+	cfg := inject.Config{Image: f.agentImage, StoreSecret: f.agentSecret, StoreDatabase: f.store.Database, ManagerURL: f.agentManagerURL,
+		AgentKey: func(ns string) string { return agentlink.AgentKey(f.store.Secret, ns) }}
 	if err := inject.SetupWebhookWithManager(mgr, cfg); err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
 	}

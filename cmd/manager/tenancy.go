@@ -15,8 +15,9 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
+	"github.com/vancetope/lease-operator/internal/serving"
 	"github.com/vancetope/lease-operator/internal/settings"
-	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 )
 
 // tenancyFlags are the manager's settings of tenancy: the system namespace and the built-in
@@ -27,7 +28,7 @@ type tenancyFlags struct {
 }
 
 func (t *tenancyFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&t.systemNamespace, "system-namespace", envOr(settings.EnvSystemNamespace, os.Getenv(settings.EnvPodNamespace)),
+	fs.StringVar(&t.systemNamespace, "system-namespace", serving.EnvOr(settings.EnvSystemNamespace, os.Getenv(settings.EnvPodNamespace)),
 		"Namespace whose LeaseDefinitions may hold the system layer (env "+settings.EnvSystemNamespace+"; default: this pod's namespace, POD_NAMESPACE).")
 	fs.StringVar(&t.builtinConfigMap, "builtin-configmap", os.Getenv(settings.EnvBuiltinConfigMap),
 		"ConfigMap in the system namespace whose <name>.yaml entries extend the compiled-in definitions (env "+settings.EnvBuiltinConfigMap+
@@ -49,11 +50,11 @@ func (t tenancyFlags) check(namespaces []string) error {
 
 // setupTenancy checks the settings and returns the namespace-to-tenant map over the
 // informers of the process's cache. Call it before the cache starts.
-func setupTenancy(ctx context.Context, informers cache.Informers, t tenancyFlags, namespaces []string) (*tenancy.Informed, error) {
+func setupTenancy(ctx context.Context, informers cache.Informers, t tenancyFlags, namespaces []string) (*k8stenancy.Informed, error) {
 	if err := t.check(namespaces); err != nil {
 		return nil, err
 	}
-	tenants, err := tenancy.NewInformed(ctx, informers, t.systemNamespace)
+	tenants, err := k8stenancy.NewInformed(ctx, informers, t.systemNamespace)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func loadBuiltins(ctx context.Context, reader client.Reader, defaultsDir string,
 
 // newTenantResolver sets up tenancy on mgr's cache and returns the resolver over the built-in
 // layer and the permitted LeaseDefinitions of the cache, with the tenant map it decides with.
-func newTenantResolver(ctx context.Context, mgr manager.Manager, defaultsDir string, t tenancyFlags, namespaces []string) (*definition.Resolver, *tenancy.Informed, error) {
+func newTenantResolver(ctx context.Context, mgr manager.Manager, defaultsDir string, t tenancyFlags, namespaces []string) (*definition.Resolver, *k8stenancy.Informed, error) {
 	tenants, err := setupTenancy(ctx, mgr.GetCache(), t, namespaces)
 	if err != nil {
 		return nil, nil, err

@@ -28,7 +28,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
-	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/liveness"
 )
 
 // SignatureHeader carries the hex HMAC-SHA256, under the caller namespace's agent key, of
@@ -81,7 +81,7 @@ func HTTPClient(sourceIP string) *http.Client {
 
 // PodIdentity returns the pod that sent r, found by its source address: the zero PodRef when
 // the caller is no pod, an error satisfying lease.ErrUnavailable when that cannot be decided
-// now (podwatch.ErrLookupLimited among them).
+// now (liveness.ErrLookupLimited among them).
 type PodIdentity func(r *http.Request) (lease.PodRef, error)
 
 // Verifier checks agents' requests on the manager.
@@ -140,11 +140,11 @@ func (v *Verifier) Authenticate(w http.ResponseWriter, r *http.Request) (lease.P
 func (v *Verifier) Caller(w http.ResponseWriter, r *http.Request) (lease.PodRef, bool) {
 	pod, err := v.identify(r)
 	switch {
-	case errors.Is(err, podwatch.ErrLookupLimited):
+	case errors.Is(err, liveness.ErrLookupLimited):
 		// Counted, and logged once a second, by the pod watcher: no line per refused caller.
 		w.Header().Set("Retry-After", "1")
 		httpjson.WriteError(w, http.StatusServiceUnavailable, httpjson.CodeUnavailable,
-			"the calling pod cannot be identified now: "+podwatch.ErrLookupLimited.Error())
+			"the calling pod cannot be identified now: "+liveness.ErrLookupLimited.Error())
 		return lease.PodRef{}, false
 	case errors.Is(err, lease.ErrUnavailable):
 		v.log.Error(err, "Identifying an agent failed", "addr", r.RemoteAddr, "path", r.URL.Path)

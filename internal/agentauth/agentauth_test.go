@@ -17,7 +17,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
-	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/liveness"
 )
 
 const (
@@ -56,7 +56,7 @@ func TestAuthenticate(t *testing.T) {
 			return lease.PodRef{}, lease.Unavailable("identifying", errors.New("API server down"))
 		}, signature: agentauth.Sign(key("acme"), path, []byte(body)), wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable},
 		"over the unknown-caller limit": {identify: func(*http.Request) (lease.PodRef, error) {
-			return lease.PodRef{}, lease.Unavailable("identifying", podwatch.ErrLookupLimited)
+			return lease.PodRef{}, lease.Unavailable("identifying", liveness.ErrLookupLimited)
 		}, signature: agentauth.Sign(key("acme"), path, []byte(body)), wantStatus: http.StatusServiceUnavailable,
 			wantCode: httpjson.CodeUnavailable, wantRetryAfter: "1"},
 		"a body over the bound": {identify: acme, body: strings.Repeat("x", agentauth.MaxBodyBytes+1),

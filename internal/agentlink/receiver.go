@@ -14,8 +14,8 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
@@ -129,7 +129,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if rc.self.Name != "" {
 		pod := lease.PodRef{Namespace: msg.Pod.Namespace, Name: msg.Pod.Name, UID: msg.Pod.UID}
-		if !podwatch.IsSelf(pod, rc.self) {
+		if !liveness.IsSelf(pod, rc.self) {
 			httpjson.WriteError(w, http.StatusConflict, ErrCodeNotHolderPod,
 				fmt.Sprintf("this is pod %s, not the holder pod %s", rc.self, pod))
 			return

@@ -23,6 +23,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 )
 
 // Explainer merges the definition of a lease in a scope without caching;
@@ -36,7 +37,7 @@ var _ Explainer = (*definition.Resolver)(nil)
 // LeaseDefinitionReconciler writes the status of LeaseDefinition objects: whether the object
 // is valid and alone at its key, which of its fields its layer ignores, and the merged
 // definition at its scope. It decides nothing itself (see definition.CheckLayer and
-// definition.Merge; tenancy.Permits for whether its namespace may hold its layer) and never touches the resolver's cache: that is invalidated from the
+// definition.Merge; k8stenancy.Permits for whether its namespace may hold its layer) and never touches the resolver's cache: that is invalidated from the
 // informer on every replica (k8ssource.RegisterInvalidation), while this controller runs on
 // the leader only, so that one writer owns the status.
 type LeaseDefinitionReconciler struct {
@@ -58,8 +59,8 @@ func NewLeaseDefinitionReconciler(c client.Client, layers definition.LayerSource
 // cache invalidation (informer handlers on LeaseDefinitions and on namespace relabels, active
 // on every replica) and the status controller (leader only). Call it before mgr.Start;
 // resolver must read from mgr's cache (k8ssource.New(mgr.GetCache(), tenants)), and tenants
-// must follow mgr's cache (tenancy.NewInformed(ctx, mgr.GetCache(), ...)).
-func SetupLeaseDefinitions(ctx context.Context, mgr ctrl.Manager, resolver *definition.Resolver, tenants *tenancy.Informed) error {
+// must follow mgr's cache (k8stenancy.NewInformed(ctx, mgr.GetCache(), ...)).
+func SetupLeaseDefinitions(ctx context.Context, mgr ctrl.Manager, resolver *definition.Resolver, tenants *k8stenancy.Informed) error {
 	if err := k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ type verdict struct {
 	// source names the object in the definition package's messages (k8ssource.SourceName).
 	source string
 	// notPermitted is set when the object's namespace may not hold its layer (the message of
-	// tenancy.Permits); the object then takes part in nothing.
+	// k8stenancy.Permits); the object then takes part in nothing.
 	notPermitted string
 	// ignored are the fields the object sets that its layer does not own.
 	ignored []definition.Field

@@ -17,6 +17,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/definition/k8ssource"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 )
 
@@ -42,7 +43,7 @@ levels:
 const systemNS = "lease-system"
 
 var (
-	tenants   *tenancy.Informed
+	tenants   *k8stenancy.Informed
 	assetsDir string
 	env       *testenv.Env
 	k8sClient client.Client
@@ -73,7 +74,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(builtins.Problems()).To(HaveLen(1))
 	// The same wiring as cmd/manager.
-	tenants, err = tenancy.NewInformed(context.Background(), mgr.GetCache(), systemNS)
+	tenants, err = k8stenancy.NewInformed(context.Background(), mgr.GetCache(), systemNS)
 	Expect(err).NotTo(HaveOccurred())
 	resolver = definition.NewResolver(builtins, k8ssource.New(mgr.GetCache(), tenants))
 	Expect(controller.SetupLeaseDefinitions(context.Background(), mgr, resolver, tenants)).To(Succeed())

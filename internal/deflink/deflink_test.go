@@ -22,7 +22,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
-	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
 )
@@ -126,7 +126,7 @@ func TestHandlerRefusesWhatIsNotTheCallersOwn(t *testing.T) {
 		}, key: agentKey("acme"), path: ResolvePath, body: ResolveRequest{Tenant: "acme", Name: "tex"},
 			wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable},
 		"over the unknown-caller limit": {identify: func(*http.Request) (lease.PodRef, error) {
-			return lease.PodRef{}, lease.Unavailable("identifying", podwatch.ErrLookupLimited)
+			return lease.PodRef{}, lease.Unavailable("identifying", liveness.ErrLookupLimited)
 		}, key: agentKey("acme"), path: ResolvePath, body: ResolveRequest{Tenant: "acme", Name: "tex"},
 			wantStatus: http.StatusServiceUnavailable, wantCode: httpjson.CodeUnavailable, wantRetryAfter: "1"},
 		"unsigned": {path: ResolvePath, body: ResolveRequest{Tenant: "acme", Name: "tex"},
@@ -456,7 +456,7 @@ func TestClientFollowsARelabel(t *testing.T) {
 	}
 
 	m.relabel("acme", "acme-corp")
-	v.Bump() // as the manager's tenancy.Informed.OnChange does (cmd/manager/agentdefs.go)
+	v.Bump() // as the manager's k8stenancy.Informed.OnChange does (cmd/manager/agentdefs.go)
 	waitfor.Receive(t, changes, "the relabel reaching the agent")
 	if got, ok := c.Tenancy().TenantOf("acme"); got != "acme-corp" || !ok {
 		t.Errorf("TenantOf(acme) after the relabel = %q, %v", got, ok)

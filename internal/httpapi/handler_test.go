@@ -17,9 +17,9 @@ import (
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
 	"github.com/vancetope/lease-operator/internal/testutil/waitfor"
@@ -349,7 +349,7 @@ func TestPodIdentity(t *testing.T) {
 		// Over the unknown-caller limit: said as it is, with no correlation id (no log line
 		// per refusal: the pod watcher logs them once a second).
 		"over the lookup limit": {func(*http.Request) (lease.PodRef, error) {
-			return lease.PodRef{}, lease.Unavailable("identifying the pod of 10.0.0.9", podwatch.ErrLookupLimited)
+			return lease.PodRef{}, lease.Unavailable("identifying the pod of 10.0.0.9", liveness.ErrLookupLimited)
 		}, http.StatusServiceUnavailable, "", "the calling pod cannot be identified now: too many callers whose address the pod cache does not know; retry in a moment"},
 	}
 	for name, tc := range cases {
@@ -373,7 +373,7 @@ func TestPodIdentity(t *testing.T) {
 	t.Run("over the lookup limit the answer says when to retry", func(t *testing.T) {
 		e := newEnv(t, []leaseDef{{name: "tex", global: 5, ttlSeconds: 60}}, envOpts{httpOpts: []httpapi.Option{httpapi.WithPodIdentity(
 			func(*http.Request) (lease.PodRef, error) {
-				return lease.PodRef{}, lease.Unavailable("identifying the pod of 10.0.0.9", podwatch.ErrLookupLimited)
+				return lease.PodRef{}, lease.Unavailable("identifying the pod of 10.0.0.9", liveness.ErrLookupLimited)
 			})}})
 		resp, err := e.srv.Client().Post(e.srv.URL+"/v1/leases", "application/json", strings.NewReader(texBody))
 		if err != nil {

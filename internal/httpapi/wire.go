@@ -13,7 +13,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/httpjson"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasing"
-	"github.com/vancetope/lease-operator/internal/podwatch"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 )
 
@@ -181,12 +181,12 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 			CallerNamespace: forbidden.Pod.Namespace, CallerTenant: forbidden.NamespaceTenant})
 	case errors.Is(err, lease.ErrLost):
 		httpjson.Write(w, http.StatusGone, httpjson.ErrorBody{Error: httpjson.CodeLost, Message: err.Error()})
-	case errors.Is(err, podwatch.ErrLookupLimited):
+	case errors.Is(err, liveness.ErrLookupLimited):
 		// Nothing internal to hide and nothing to find in the log: the pod watcher logs these
 		// refusals once a second, and counts each (docs/operations.md, "Pod identity").
 		w.Header().Set("Retry-After", "1")
 		httpjson.Write(w, http.StatusServiceUnavailable, httpjson.ErrorBody{Error: httpjson.CodeUnavailable,
-			Message: errCallerUnidentified.Error() + ": " + podwatch.ErrLookupLimited.Error()})
+			Message: errCallerUnidentified.Error() + ": " + liveness.ErrLookupLimited.Error()})
 	default:
 		// Unavailable, and anything unexpected: fail closed. The cause (store host names and
 		// topology, the documents of a definition) stays in the log; the caller gets its kind

@@ -160,11 +160,21 @@ func hasContainer(pod *corev1.Pod, name string) bool {
 func runsInjectedAgent(pod *corev1.Pod, cfg Config) bool {
 	for _, c := range pod.Spec.InitContainers {
 		if c.Name == AgentContainerName {
-			return c.Image == cfg.Image && len(c.Command) == 0 && slices.Equal(c.Args, AgentArgs()) &&
+			return c.Image == cfg.Image && runsAgent(c.Command, c.Args) &&
 				c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 		}
 	}
 	return false
+}
+
+// runsAgent reports whether command and args start the agent: as this webhook injects it,
+// or as an earlier version did (the image's entrypoint, /manager, with the first argument
+// "agent", which starts /agent with the rest).
+func runsAgent(command, args []string) bool {
+	if slices.Equal(command, AgentCommand()) {
+		return slices.Equal(args, AgentArgs())
+	}
+	return len(command) == 0 && len(args) > 0 && args[0] == "agent" && slices.Equal(args[1:], AgentArgs())
 }
 
 // dropAgentLabel removes LabelAgent and reports whether the pod had it.
@@ -248,6 +258,7 @@ func agentContainer(cfg Config, namespace, storeSecret string) corev1.Container 
 		Name:            AgentContainerName,
 		Image:           cfg.Image,
 		ImagePullPolicy: cfg.ImagePullPolicy,
+		Command:         AgentCommand(),
 		Args:            AgentArgs(),
 		Env:             env,
 		Ports: []corev1.ContainerPort{

@@ -35,9 +35,10 @@ func wantAgent() corev1.Container {
 		}
 	}
 	return corev1.Container{
-		Name:  "lease-agent",
-		Image: testImage,
-		Args:  []string{"agent", "--api-bind-address=127.0.0.1:8090", "--internal-bind-address=:8091"},
+		Name:    "lease-agent",
+		Image:   testImage,
+		Command: []string{"/agent"},
+		Args:    []string{"--api-bind-address=127.0.0.1:8090", "--internal-bind-address=:8091"},
 		Env: []corev1.EnvVar{
 			fieldRef("POD_NAME", "metadata.name"),
 			fieldRef("POD_NAMESPACE", "metadata.namespace"),
@@ -58,9 +59,9 @@ func wantAgent() corev1.Container {
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("10m"),
-				corev1.ResourceMemory: resource.MustParse("48Mi"),
+				corev1.ResourceMemory: resource.MustParse("32Mi"),
 			},
-			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
 		RestartPolicy:            ptr.To(corev1.ContainerRestartPolicyAlways),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -244,6 +245,30 @@ func TestInject(t *testing.T) {
 			want: func() *corev1.Pod {
 				p := injected(inject)
 				p.Spec.InitContainers[0].Args = []string{"--metrics-bind-address=:8091"}
+				delete(p.Labels, "lease.vancetope.io/agent")
+				return p
+			}(),
+			wantChanged: true,
+		},
+		"an agent injected by an earlier version (manager agent …) keeps its label": {
+			pod: func() *corev1.Pod {
+				p := injected(inject)
+				p.Spec.InitContainers[0].Command = nil
+				p.Spec.InitContainers[0].Args = append([]string{"agent"}, p.Spec.InitContainers[0].Args...)
+				return p
+			}(),
+			cfg: cfg,
+		},
+		"the agent binary with the manager's mode argument is not the injected agent": {
+			pod: func() *corev1.Pod {
+				p := injected(inject)
+				p.Spec.InitContainers[0].Args = append([]string{"agent"}, p.Spec.InitContainers[0].Args...)
+				return p
+			}(),
+			cfg: cfg,
+			want: func() *corev1.Pod {
+				p := injected(inject)
+				p.Spec.InitContainers[0].Args = append([]string{"agent"}, p.Spec.InitContainers[0].Args...)
 				delete(p.Labels, "lease.vancetope.io/agent")
 				return p
 			}(),

@@ -73,7 +73,8 @@ var _ = Describe("Lease agent injection", func() {
 		Expect(agent.Name).To(Equal("lease-agent"))
 		Expect(agent.Image).To(Equal(agentImage))
 		Expect(agent.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
-		Expect(agent.Args).To(HaveExactElements("agent", "--api-bind-address=127.0.0.1:8090", "--internal-bind-address=:8091"))
+		Expect(agent.Command).To(HaveExactElements("/agent"))
+		Expect(agent.Args).To(HaveExactElements("--api-bind-address=127.0.0.1:8090", "--internal-bind-address=:8091"))
 
 		env := envByName(agent)
 		for name, path := range map[string]string{

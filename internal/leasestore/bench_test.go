@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,4 +153,37 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportMetric(float64(busyN.Load())/float64(b.N), "busy-ratio")
 		})
 	}
+}
+
+// BenchmarkCommandCPU is the reference for CPU figures of processes that use the store (the
+// agent's, docs/figures.md "Agent footprint"): the CPU this process spends per store command,
+// a touch (one findAndModify), sent one after another from one thread, as read from the
+// kernel's per-thread accounting. What a process spends per operation beyond this times its
+// commands is its own.
+func BenchmarkCommandCPU(b *testing.B) {
+	cpu := func() float64 {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			b.Skip("needs /proc")
+		}
+		var ns int64
+		for _, t := range tasks {
+			raw, _ := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+			if f := strings.Fields(string(raw)); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				ns += n
+			}
+		}
+		return float64(ns) / 1e3
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	s := benchStore(b, mongotest.DatabaseName(b), nil)
+	h := mustAcquire(b, s, request("bench", "acme", "p", "u", allCaps(1<<20, 1<<20, 1<<20, 1<<20)[:1]))
+	c0 := cpu()
+	for b.Loop() {
+		if err := s.Touch(context.Background(), h.Token); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((cpu()-c0)/float64(b.N), "cpu-µs/command")
 }

@@ -94,6 +94,8 @@ type config struct {
 	// grantHook and publish: see events.go.
 	grantHook GrantFunc
 	publish   bool
+	// small: see WithSmallPool.
+	small uint64
 }
 
 // Option configures a Store.
@@ -104,6 +106,16 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 
 // WithSafetyMargin sets how long a counter without entries stays before reconcile deletes it.
 func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safetyMargin = d } }
+
+// WithSmallPool sizes the client for one pod's callers (the lease agent): at most n
+// connections in the pool, an idle one closed after smallPoolIdle, and the servers monitored
+// by polling, one connection per server instead of two (the driver's default streams each
+// server's state on one connection and measures its round trip on another). Idle, the agent
+// then keeps one monitoring connection per server and the one its notifier polls through.
+func WithSmallPool(n uint64) Option { return func(c *config) { c.small = n } }
+
+// smallPoolIdle is how long a connection of a small pool stays open unused.
+const smallPoolIdle = 30 * time.Second
 
 // WithFault installs a fault hook (tests only).
 func WithFault(f FaultFunc) Option { return func(c *config) { c.fault = f } }
@@ -169,6 +181,10 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 	copts := options.Client().ApplyURI(uri).
 		SetServerSelectionTimeout(cfg.opTimeout).
 		SetConnectTimeout(cfg.opTimeout)
+	if cfg.small > 0 {
+		copts.SetMaxPoolSize(cfg.small).SetMaxConnIdleTime(smallPoolIdle).
+			SetServerMonitoringMode(options.ServerMonitoringModePoll)
+	}
 	if cfg.observe != nil || cfg.observeOffPath != nil || cfg.observeReply != nil {
 		mon := &event.CommandMonitor{}
 		if observe, off := cfg.observe, cfg.observeOffPath; observe != nil || off != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/livetest"
@@ -188,11 +188,11 @@ type selfOnly struct{}
 func (selfOnly) WaitForSync(context.Context) bool     { return true }
 func (selfOnly) Alive(p lease.PodRef) bool            { return p == self }
 func (selfOnly) Endpoint(lease.PodRef) (string, bool) { return "", false }
-func (selfOnly) Confirm(_ context.Context, p lease.PodRef) (podwatch.Verdict, error) {
+func (selfOnly) Confirm(_ context.Context, p lease.PodRef) (liveness.Verdict, error) {
 	if p == self {
-		return podwatch.Verdict{Alive: true}, nil
+		return liveness.Verdict{Alive: true}, nil
 	}
-	return podwatch.Verdict{Reason: "PodNotFound"}, nil
+	return liveness.Verdict{Reason: "PodNotFound"}, nil
 }
 func (selfOnly) Status(p lease.PodRef) (string, bool) {
 	if p == self {

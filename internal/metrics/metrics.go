@@ -1,5 +1,6 @@
-// Package metrics defines the lease metrics (docs/design.md) and registers them with
-// controller-runtime's registry, so the manager's metrics endpoint serves them. Labels are
+// Package metrics defines the lease metrics (docs/design.md) and registers them with the
+// process's registry: controller-runtime's in the manager (UseRegistry), so that its metrics
+// endpoint serves them, a registry of its own in the agent, which links no controller-runtime. Labels are
 // low-cardinality: resource names, outcomes and reasons; never tenant or user IDs.
 package metrics
 
@@ -8,17 +9,32 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Path is where a process of the lease system serves its metrics: the manager on its metrics
 // address, the agent on its internal port (docs/operations.md, "Agent metrics").
 const Path = "/metrics"
 
-// Handler serves controller-runtime's registry, which Default registers with, in the
-// Prometheus text format: the same metric names and labels in the manager and the agent.
+// Registry is a registry that can also be served.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
+// registry is the process's registry: Default registers with it and Handler serves it.
+var registry Registry = prometheus.NewRegistry()
+
+// UseRegistry makes r the process's registry (the manager: controller-runtime's, which its
+// metrics endpoint serves). Call it first, before anything registers.
+func UseRegistry(r Registry) { registry = r }
+
+// Registerer is the process's registry, for the metrics of other packages.
+func Registerer() prometheus.Registerer { return registry }
+
+// Handler serves the process's registry, which Default registers with, in the Prometheus
+// text format: the same metric names and labels in the manager and the agent.
 func Handler() http.Handler {
-	return promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 }
 
 // Outcomes and reasons used as label values.
@@ -105,11 +121,11 @@ func New(reg prometheus.Registerer) *Metrics {
 
 var global *Metrics
 
-// Default returns the process-wide metrics, registered with controller-runtime's registry on
-// first use.
+// Default returns the process-wide metrics, registered with the process's registry on first
+// use.
 func Default() *Metrics {
 	if global == nil {
-		global = New(ctrlmetrics.Registry)
+		global = New(registry)
 	}
 	return global
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
 	"github.com/vancetope/lease-operator/internal/sweeper"
-	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 	"github.com/vancetope/lease-operator/internal/waitq"
@@ -77,7 +77,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	mgr, err := ctrl.NewManager(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k8ssource.SetupIndexes(ctx, mgr.GetFieldIndexer())).To(Succeed())
-	tenants, err := tenancy.NewInformed(ctx, mgr.GetCache(), systemNS)
+	tenants, err := k8stenancy.NewInformed(ctx, mgr.GetCache(), systemNS)
 	Expect(err).NotTo(HaveOccurred())
 	builtins, err := definition.LoadBuiltins(nil)
 	Expect(err).NotTo(HaveOccurred())

@@ -8,31 +8,8 @@ import (
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	corev1 "k8s.io/api/core/v1"
-)
-
-// Reasons returned by Liveness. They are stable strings for logs and operational views.
-const (
-	// ReasonSelf: the holder is this process's own pod, which is alive by definition.
-	ReasonSelf = "Self"
-	// ReasonRunning: the pod exists with the recorded UID, has not finished and has an IP.
-	ReasonRunning = "Running"
-	// ReasonNoPod: the holder records no pod at all.
-	ReasonNoPod = "NoPod"
-	// ReasonNotFound: no pod of that namespace/name exists (deleted).
-	ReasonNotFound = "NotFound"
-	// ReasonUIDMismatch: a pod of that name exists but it is another incarnation.
-	ReasonUIDMismatch = "UIDMismatch"
-	// ReasonFinished: the pod's phase is Succeeded or Failed; it never runs again.
-	ReasonFinished = "Finished"
-	// ReasonNoEndpoint: the pod has no IP although it is past Pending (torn down).
-	ReasonNoEndpoint = "NoEndpoint"
-	// ReasonPending: the pod has not started yet (phase Pending, no IP): a pod admitted by
-	// lease waits for or holds its lease before it runs (docs/pod-admission.md).
-	ReasonPending = "Pending"
-	// ReasonDeletionOverdue: the pod is being deleted and its grace period has passed; it is
-	// stale (its node is likely gone), even though the object still says Running.
-	ReasonDeletionOverdue = "DeletionOverdue"
 )
 
 // Liveness is the liveness predicate. holder is the pod recorded in a holder document, self
@@ -51,34 +28,24 @@ const (
 //
 // An empty recorded UID matches any UID (holders written without the downward API's UID).
 func Liveness(holder, self lease.PodRef, pod *corev1.Pod, now time.Time) (reason string, alive bool) {
+	if reason, alive, ok := liveness.Known(holder, self); ok {
+		return reason, alive
+	}
 	switch {
-	case holder.Name == "":
-		return ReasonNoPod, false
-	case IsSelf(holder, self):
-		return ReasonSelf, true
 	case pod == nil:
-		return ReasonNotFound, false
+		return liveness.ReasonNotFound, false
 	case holder.UID != "" && string(pod.UID) != holder.UID:
-		return ReasonUIDMismatch, false
+		return liveness.ReasonUIDMismatch, false
 	case Finished(pod):
-		return ReasonFinished, false
+		return liveness.ReasonFinished, false
 	case pod.DeletionTimestamp != nil && !now.Before(pod.DeletionTimestamp.Time):
-		return ReasonDeletionOverdue, false
+		return liveness.ReasonDeletionOverdue, false
 	case PodIP(pod) == "" && (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == ""):
-		return ReasonPending, true
+		return liveness.ReasonPending, true
 	case PodIP(pod) == "":
-		return ReasonNoEndpoint, false
+		return liveness.ReasonNoEndpoint, false
 	}
-	return ReasonRunning, true
-}
-
-// IsSelf reports whether holder is the pod self. Namespace and name must match; the UIDs
-// must match when both are known (a previous incarnation of our name is not us).
-func IsSelf(holder, self lease.PodRef) bool {
-	if self.Name == "" || holder.Name != self.Name || holder.Namespace != self.Namespace {
-		return false
-	}
-	return holder.UID == "" || self.UID == "" || holder.UID == self.UID
+	return liveness.ReasonRunning, true
 }
 
 // Finished reports whether the pod reached a terminal phase.

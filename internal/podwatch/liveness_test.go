@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,35 +39,35 @@ func TestLiveness(t *testing.T) {
 		pod    *corev1.Pod
 		want   want
 	}{
-		"running with recorded UID and IP": {holder, self, pod(), want{ReasonRunning, true}},
-		"pending without IP (not started)": {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending; p.Status.PodIP = "" }), want{ReasonPending, true}},
-		"running without IP (torn down)":   {holder, self, pod(func(p *corev1.Pod) { p.Status.PodIP = "" }), want{ReasonNoEndpoint, false}},
+		"running with recorded UID and IP": {holder, self, pod(), want{liveness.ReasonRunning, true}},
+		"pending without IP (not started)": {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending; p.Status.PodIP = "" }), want{liveness.ReasonPending, true}},
+		"running without IP (torn down)":   {holder, self, pod(func(p *corev1.Pod) { p.Status.PodIP = "" }), want{liveness.ReasonNoEndpoint, false}},
 		"pending, deletion overdue": {holder, self, pod(func(p *corev1.Pod) {
 			p.Status.Phase, p.Status.PodIP = corev1.PodPending, ""
 			p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Second)}
-		}), want{ReasonDeletionOverdue, false}},
+		}), want{liveness.ReasonDeletionOverdue, false}},
 		"running, IP only in podIPs": {holder, self, pod(func(p *corev1.Pod) {
 			p.Status.PodIP = ""
 			p.Status.PodIPs = []corev1.PodIP{{IP: "fd00::7"}}
-		}), want{ReasonRunning, true}},
-		"missing (deleted)":                      {holder, self, nil, want{ReasonNotFound, false}},
-		"recreated under the same name":          {holder, self, pod(func(p *corev1.Pod) { p.UID = "uid-2" }), want{ReasonUIDMismatch, false}},
-		"succeeded":                              {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), want{ReasonFinished, false}},
-		"failed, IP still recorded":              {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), want{ReasonFinished, false}},
-		"terminating within its grace period":    {holder, self, pod(deleting(now.Add(10 * time.Second))), want{ReasonRunning, true}},
-		"terminating past its deletion deadline": {holder, self, pod(deleting(now.Add(-time.Second))), want{ReasonDeletionOverdue, false}},
-		"terminating exactly at the deadline":    {holder, self, pod(deleting(now)), want{ReasonDeletionOverdue, false}},
-		"recorded UID empty matches any UID":     {lease.PodRef{Namespace: "ns", Name: "app-0"}, self, pod(func(p *corev1.Pod) { p.UID = "uid-9" }), want{ReasonRunning, true}},
-		"no pod recorded":                        {lease.PodRef{}, self, nil, want{ReasonNoPod, false}},
-		"self, although the cache has nothing":   {self, self, nil, want{ReasonSelf, true}},
+		}), want{liveness.ReasonRunning, true}},
+		"missing (deleted)":                      {holder, self, nil, want{liveness.ReasonNotFound, false}},
+		"recreated under the same name":          {holder, self, pod(func(p *corev1.Pod) { p.UID = "uid-2" }), want{liveness.ReasonUIDMismatch, false}},
+		"succeeded":                              {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), want{liveness.ReasonFinished, false}},
+		"failed, IP still recorded":              {holder, self, pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), want{liveness.ReasonFinished, false}},
+		"terminating within its grace period":    {holder, self, pod(deleting(now.Add(10 * time.Second))), want{liveness.ReasonRunning, true}},
+		"terminating past its deletion deadline": {holder, self, pod(deleting(now.Add(-time.Second))), want{liveness.ReasonDeletionOverdue, false}},
+		"terminating exactly at the deadline":    {holder, self, pod(deleting(now)), want{liveness.ReasonDeletionOverdue, false}},
+		"recorded UID empty matches any UID":     {lease.PodRef{Namespace: "ns", Name: "app-0"}, self, pod(func(p *corev1.Pod) { p.UID = "uid-9" }), want{liveness.ReasonRunning, true}},
+		"no pod recorded":                        {lease.PodRef{}, self, nil, want{liveness.ReasonNoPod, false}},
+		"self, although the cache has nothing":   {self, self, nil, want{liveness.ReasonSelf, true}},
 		"self, although the cache says finished": {self, self, pod(func(p *corev1.Pod) {
 			p.Namespace, p.Name, p.UID = "ops", "manager-abc", "uid-m"
 			p.Status.Phase = corev1.PodFailed
-		}), want{ReasonSelf, true}},
-		"self without a known UID":                   {self, lease.PodRef{Namespace: "ops", Name: "manager-abc"}, nil, want{ReasonSelf, true}},
-		"previous incarnation of our own name":       {lease.PodRef{Namespace: "ops", Name: "manager-abc", UID: "uid-old"}, self, nil, want{ReasonNotFound, false}},
-		"same name in another namespace is not self": {lease.PodRef{Namespace: "other", Name: "manager-abc", UID: "uid-m"}, self, nil, want{ReasonNotFound, false}},
-		"no self configured":                         {holder, lease.PodRef{}, pod(), want{ReasonRunning, true}},
+		}), want{liveness.ReasonSelf, true}},
+		"self without a known UID":                   {self, lease.PodRef{Namespace: "ops", Name: "manager-abc"}, nil, want{liveness.ReasonSelf, true}},
+		"previous incarnation of our own name":       {lease.PodRef{Namespace: "ops", Name: "manager-abc", UID: "uid-old"}, self, nil, want{liveness.ReasonNotFound, false}},
+		"same name in another namespace is not self": {lease.PodRef{Namespace: "other", Name: "manager-abc", UID: "uid-m"}, self, nil, want{liveness.ReasonNotFound, false}},
+		"no self configured":                         {holder, lease.PodRef{}, pod(), want{liveness.ReasonRunning, true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -3,7 +3,6 @@ package podwatch
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 )
 
 // The bound on what a caller that is no pod costs the API server (docs/operations.md, "Pod
@@ -58,10 +58,6 @@ const (
 	// LookupError: the API server could not be read, or more than one pod has the address.
 	LookupError = "error"
 )
-
-// ErrLookupLimited is the cause of the unavailable error of a caller refused by the rate limit
-// of lookups.
-var ErrLookupLimited = errors.New("too many callers whose address the pod cache does not know; retry in a moment")
 
 // unknownIPs remembers, for ttl, the addresses the API server had no pod for: at most size of
 // them, the oldest dropped first. Every entry lives ttl, so the oldest is also the first to
@@ -188,7 +184,7 @@ func (l *lookups) round(ctx context.Context, ip string) (lookupAnswer, error) {
 	}
 	if l.limit != nil && !l.limit.AllowN(now, 1) {
 		return lookupAnswer{result: LookupLimited}, lease.Unavailable("identifying the pod of "+ip,
-			fmt.Errorf("%w (at most %g lookups a second, %d at once)", ErrLookupLimited, float64(l.limit.Limit()), l.limit.Burst()))
+			fmt.Errorf("%w (at most %g lookups a second, %d at once)", liveness.ErrLookupLimited, float64(l.limit.Limit()), l.limit.Burst()))
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 	defer cancel()

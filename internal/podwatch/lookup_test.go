@@ -14,6 +14,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 )
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -157,7 +158,7 @@ func TestLookups(t *testing.T) {
 						t.Errorf("identify(%s) = %v, %v; want no pod", c.ip, got, err)
 					}
 				case LookupLimited:
-					if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, ErrLookupLimited) {
+					if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, liveness.ErrLookupLimited) {
 						t.Errorf("identify(%s) error = %v, want unavailable, limited", c.ip, err)
 					}
 				case LookupError:

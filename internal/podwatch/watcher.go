@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,9 +28,6 @@ import (
 
 // indexPodIP is the cache index of pods by every IP in status.podIPs (and status.podIP).
 const indexPodIP = "lease.vancetope.io/podIP"
-
-// ReasonUnknown is returned by Status when the cache could not be read (not started yet).
-const ReasonUnknown = "Unknown"
 
 // options are what the Options of New set.
 type options struct {
@@ -238,25 +236,15 @@ func (w *Watcher) Alive(pod lease.PodRef) bool {
 
 // Status is Alive with the reason (see the Reason constants), for logs and views.
 func (w *Watcher) Status(pod lease.PodRef) (reason string, alive bool) {
-	if pod.Name == "" || IsSelf(pod, w.self) {
+	if pod.Name == "" || liveness.IsSelf(pod, w.self) {
 		return Liveness(pod, w.self, nil, w.clock.Now())
 	}
 	obj, err := w.cached(pod)
 	if err != nil {
 		w.log.V(1).Info("Cannot read pod from cache", "pod", pod.String(), "error", err.Error())
-		return ReasonUnknown, false
+		return liveness.ReasonUnknown, false
 	}
 	return Liveness(pod, w.self, obj, w.clock.Now())
-}
-
-// Verdict is the liveness predicate's answer for one holder pod.
-type Verdict struct {
-	Alive bool
-	// Reason is one of the Reason constants.
-	Reason string
-	// IP is the live pod's address (where its agent listens); empty for this process's
-	// own pod, which needs none.
-	IP string
 }
 
 // Confirm is the liveness decision before anything destructive (a pod reap, the dead path
@@ -264,15 +252,15 @@ type Verdict struct {
 // is read from the API server, which has the last word. So a pod created a moment ago, or
 // outside the watched namespaces or selector, is not treated as dead. A read error is
 // returned and means "do not decide dead".
-func (w *Watcher) Confirm(ctx context.Context, pod lease.PodRef) (Verdict, error) {
+func (w *Watcher) Confirm(ctx context.Context, pod lease.PodRef) (liveness.Verdict, error) {
 	now := w.clock.Now()
-	if pod.Name == "" || IsSelf(pod, w.self) {
+	if pod.Name == "" || liveness.IsSelf(pod, w.self) {
 		reason, alive := Liveness(pod, w.self, nil, now)
-		return Verdict{Alive: alive, Reason: reason}, nil
+		return liveness.Verdict{Alive: alive, Reason: reason}, nil
 	}
 	if obj, err := w.cached(pod); err == nil {
 		if reason, alive := Liveness(pod, w.self, obj, now); alive {
-			return Verdict{Alive: true, Reason: reason, IP: PodIP(obj)}, nil
+			return liveness.Verdict{Alive: true, Reason: reason, IP: PodIP(obj)}, nil
 		}
 	}
 	obj := &corev1.Pod{}
@@ -281,10 +269,10 @@ func (w *Watcher) Confirm(ctx context.Context, pod lease.PodRef) (Verdict, error
 	case apierrors.IsNotFound(err):
 		obj = nil
 	case err != nil:
-		return Verdict{Reason: ReasonUnknown}, fmt.Errorf("reading pod %s: %w", pod, err)
+		return liveness.Verdict{Reason: liveness.ReasonUnknown}, fmt.Errorf("reading pod %s: %w", pod, err)
 	}
 	reason, alive := Liveness(pod, w.self, obj, now)
-	v := Verdict{Alive: alive, Reason: reason}
+	v := liveness.Verdict{Alive: alive, Reason: reason}
 	if alive {
 		v.IP = PodIP(obj)
 	}

@@ -11,19 +11,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 )
 
 // fixedPods answers every Confirm with one verdict, or with an error (liveness unknown).
 type fixedPods struct {
-	verdict podwatch.Verdict
+	verdict liveness.Verdict
 	err     error
 }
 
 func (fixedPods) WaitForSync(context.Context) bool { return true }
-func (p fixedPods) Confirm(context.Context, lease.PodRef) (podwatch.Verdict, error) {
+func (p fixedPods) Confirm(context.Context, lease.PodRef) (liveness.Verdict, error) {
 	return p.verdict, p.err
 }
 
@@ -57,8 +57,8 @@ func (c *calls) OnRevoked(_ context.Context, r revocation.Revocation) error {
 func TestDispatchFollowsTheMatrix(t *testing.T) {
 	self := lease.PodRef{Namespace: "ns", Name: "manager-0", UID: "m"}
 	other := lease.PodRef{Namespace: "ns", Name: "app-0", UID: "a"}
-	alive := podwatch.Verdict{Alive: true, Reason: podwatch.ReasonRunning, IP: "10.0.0.7"}
-	dead := podwatch.Verdict{Reason: podwatch.ReasonNotFound}
+	alive := liveness.Verdict{Alive: true, Reason: liveness.ReasonRunning, IP: "10.0.0.7"}
+	dead := liveness.Verdict{Reason: liveness.ReasonNotFound}
 	for name, tc := range map[string]struct {
 		pods       fixedPods
 		podBound   bool

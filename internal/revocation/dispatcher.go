@@ -8,31 +8,24 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
 // PodView is what the dispatcher needs to know about pods: the one liveness source
-// (*podwatch.Watcher on the manager, podwatch.SelfOnly on the agent).
+// (*podwatch.Watcher on the manager, liveness.SelfOnly on the agent).
 type PodView interface {
 	// WaitForSync blocks until the view is complete; nothing is decided before.
 	WaitForSync(ctx context.Context) bool
 	// Confirm applies the liveness predicate, confirming with the API server before it
 	// calls a pod dead; an error means "unknown".
-	Confirm(ctx context.Context, pod lease.PodRef) (podwatch.Verdict, error)
+	Confirm(ctx context.Context, pod lease.PodRef) (liveness.Verdict, error)
 }
 
-var (
-	_ PodView = (*podwatch.Watcher)(nil)
-	_ PodView = podwatch.SelfOnly{}
-)
+var _ PodView = liveness.SelfOnly{}
 
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -63,7 +56,7 @@ type Dispatcher struct {
 	self      lease.PodRef
 	handlers  *Registry
 	forwarder Forwarder
-	recorder  events.EventRecorder
+	recorder  PodEvents
 	metrics   *metrics.Metrics
 	clock     clock.PassiveClock
 	log       logr.Logger
@@ -80,11 +73,6 @@ type item struct {
 	reason string
 	holder lease.Holder
 }
-
-var (
-	_ manager.Runnable               = (*Dispatcher)(nil)
-	_ manager.LeaderElectionRunnable = (*Dispatcher)(nil)
-)
 
 // Option configures a Dispatcher.
 type Option func(*Dispatcher)
@@ -107,9 +95,15 @@ func (noForwarder) Forward(context.Context, string, Revocation) error {
 // pod elsewhere is treated as unreachable).
 func WithForwarder(f Forwarder) Option { return func(d *Dispatcher) { d.forwarder = f } }
 
-// WithRecorder records Kubernetes Events on the holder's Pod (default: none). Use the
-// manager's GetEventRecorder("lease-operator").
-func WithRecorder(r events.EventRecorder) Option { return func(d *Dispatcher) { d.recorder = r } }
+// PodEvents records an Event on a holder's pod, so that kubectl describe pod shows what
+// happened to its lease. warning says it is a failure; action and reason are UpperCamelCase.
+type PodEvents interface {
+	PodEvent(pod lease.PodRef, warning bool, reason, action, note string)
+}
+
+// WithRecorder records Kubernetes Events on the holder's Pod (default: none). The manager
+// passes podevents.New of its GetEventRecorder("lease-operator").
+func WithRecorder(r PodEvents) Option { return func(d *Dispatcher) { d.recorder = r } }
 
 // WithMetrics sets the lease metrics (default: metrics.Default()).
 func WithMetrics(m *metrics.Metrics) Option { return func(d *Dispatcher) { d.metrics = m } }
@@ -260,7 +254,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, it item) {
 	defer cancel()
 	ctx = logr.NewContext(ctx, log)
 
-	self := podwatch.IsSelf(h.Pod, d.self)
+	self := liveness.IsSelf(h.Pod, d.self)
 	if !self && !d.pods.WaitForSync(ctx) {
 		log.Error(ctx.Err(), "Pod view not synced, revocation not dispatched")
 		d.dispatched.WithLabelValues("none", "error").Inc()
@@ -326,13 +320,10 @@ func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, u
 	if d.recorder == nil || h.Pod.Name == "" || h.Pod.Namespace == "" {
 		return
 	}
-	ref := &corev1.ObjectReference{
-		Kind: "Pod", APIVersion: "v1", Namespace: h.Pod.Namespace, Name: h.Pod.Name, UID: types.UID(h.Pod.UID),
-	}
 	subject := fmt.Sprintf("Lease %s (type %s, resource %s)", h.ID, h.Type, h.Resource)
 	if err != nil {
-		d.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventReasonRevocationFailed, actionVerb(action),
-			"%s revoked (%s): %s", subject, reason, lease.Clip(err.Error(), 512))
+		d.recorder.PodEvent(h.Pod, true, EventReasonRevocationFailed, actionVerb(action),
+			fmt.Sprintf("%s revoked (%s): %s", subject, reason, lease.Clip(err.Error(), 512)))
 		return
 	}
 	note := map[Action]string{
@@ -351,8 +342,8 @@ func (d *Dispatcher) recordEvent(h lease.Holder, reason string, action Action, u
 		// Who reclaimed what (docs/borrowing.md): the slot was borrowed above the tenant's cap.
 		note = fmt.Sprintf("borrowed above tenant %s's cap, reclaimed for %s; %s", h.Tenant, h.ReclaimedFor, note)
 	}
-	d.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventReasonRevoked, actionVerb(action),
-		"%s revoked (%s): %s", subject, reason, note)
+	d.recorder.PodEvent(h.Pod, false, EventReasonRevoked, actionVerb(action),
+		fmt.Sprintf("%s revoked (%s): %s", subject, reason, note))
 }
 
 // actionVerb is the Event's action (UpperCamelCase).

@@ -17,19 +17,20 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/revocation/podevents"
 )
 
 // noPods is a PodView that knows no pod but this process's.
 type noPods struct{}
 
 func (noPods) WaitForSync(context.Context) bool { return true }
-func (noPods) Confirm(context.Context, lease.PodRef) (podwatch.Verdict, error) {
-	return podwatch.Verdict{Reason: podwatch.ReasonNotFound}, nil
+func (noPods) Confirm(context.Context, lease.PodRef) (liveness.Verdict, error) {
+	return liveness.Verdict{Reason: liveness.ReasonNotFound}, nil
 }
 
 // TestRevokedNeverBlocks fills the queue of a dispatcher whose workers do not run: the
@@ -84,7 +85,7 @@ func TestDispatchSelfWithoutPodView(t *testing.T) {
 	}
 }
 
-// TestAgentDecidesNothingDestructiveForOtherPods: the agent (podwatch.SelfOnly) cannot know
+// TestAgentDecidesNothingDestructiveForOtherPods: the agent (liveness.SelfOnly) cannot know
 // whether another pod is alive; a session-bound holder of another pod is only released, its
 // handler does not run on a guess (it might end a live pod's session).
 func TestAgentDecidesNothingDestructiveForOtherPods(t *testing.T) {
@@ -100,7 +101,7 @@ func TestAgentDecidesNothingDestructiveForOtherPods(t *testing.T) {
 		})); err != nil {
 			t.Fatal(err)
 		}
-		d := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
+		d := revocation.NewDispatcher(liveness.SelfOnly{Self: self}, self, registry,
 			revocation.WithMetrics(metrics.New(nil)), revocation.WithRegisterer(reg))
 		ctx, cancel := context.WithCancel(t.Context())
 		stopped := make(chan struct{})
@@ -208,7 +209,7 @@ func TestReclaimedHolderIsDispatchedWithItsEvent(t *testing.T) {
 	recorder := events.NewFakeRecorder(4)
 	m := metrics.New(prometheus.NewRegistry())
 	d := revocation.NewDispatcher(noPods{}, self, handlers.NewDefaultRegistry(hub, nil, nil),
-		revocation.WithMetrics(m), revocation.WithRecorder(recorder))
+		revocation.WithMetrics(m), revocation.WithRecorder(podevents.New(recorder)))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _ = d.Start(ctx) }()

@@ -11,8 +11,8 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
 // fakeStore is the sweeper's view of the store: pods that hold leases, and a record of what
@@ -63,20 +63,20 @@ func (s *fakeStore) reaped() []lease.PodRef {
 	return append([]lease.PodRef(nil), s.reapedPods...)
 }
 
-// liveness answers Confirm with a verdict, an error, or (hang) not at all until the call's
+// fakeLiveness answers Confirm with a verdict, an error, or (hang) not at all until the call's
 // context ends: an API server that does not answer.
-type liveness struct {
-	verdict podwatch.Verdict
+type fakeLiveness struct {
+	verdict liveness.Verdict
 	err     error
 	hang    bool
 }
 
-func (liveness) WaitForSync(context.Context) bool { return true }
+func (fakeLiveness) WaitForSync(context.Context) bool { return true }
 
-func (l liveness) Confirm(ctx context.Context, _ lease.PodRef) (podwatch.Verdict, error) {
+func (l fakeLiveness) Confirm(ctx context.Context, _ lease.PodRef) (liveness.Verdict, error) {
 	if l.hang {
 		<-ctx.Done()
-		return podwatch.Verdict{}, ctx.Err()
+		return liveness.Verdict{}, ctx.Err()
 	}
 	return l.verdict, l.err
 }
@@ -101,23 +101,23 @@ func (l *listener) Revoked(_ context.Context, _ string, hs []lease.Holder) {
 // confirmation timeout of a hanging read passes in virtual time.
 func TestNoReapWhenLivenessIsUnknown(t *testing.T) {
 	pod := lease.PodRef{Namespace: "ns", Name: "worker-1", UID: "u1"}
-	dead := podwatch.Verdict{Reason: podwatch.ReasonNotFound}
+	dead := liveness.Verdict{Reason: liveness.ReasonNotFound}
 	for name, tc := range map[string]struct {
 		storeErr   error // of the store's read of who holds leases
-		pods       liveness
+		pods       fakeLiveness
 		wantReaped []lease.PodRef
 		wantErr    bool
 	}{
 		"dead pod is reaped (the control)": {
-			pods: liveness{verdict: dead}, wantReaped: []lease.PodRef{pod}},
+			pods: fakeLiveness{verdict: dead}, wantReaped: []lease.PodRef{pod}},
 		"live pod is not reaped": {
-			pods: liveness{verdict: podwatch.Verdict{Alive: true, Reason: podwatch.ReasonRunning}}},
+			pods: fakeLiveness{verdict: liveness.Verdict{Alive: true, Reason: liveness.ReasonRunning}}},
 		"liveness read fails": {
-			pods: liveness{verdict: dead, err: errors.New("apiserver unavailable")}, wantErr: true},
+			pods: fakeLiveness{verdict: dead, err: errors.New("apiserver unavailable")}, wantErr: true},
 		"liveness read times out": {
-			pods: liveness{hang: true}, wantErr: true},
+			pods: fakeLiveness{hang: true}, wantErr: true},
 		"the store cannot list the holders' pods": {
-			storeErr: errors.New("store unavailable"), pods: liveness{verdict: dead}, wantErr: true},
+			storeErr: errors.New("store unavailable"), pods: fakeLiveness{verdict: dead}, wantErr: true},
 	} {
 		t.Run(name+", sweep", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

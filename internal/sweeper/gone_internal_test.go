@@ -10,8 +10,8 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
@@ -24,11 +24,11 @@ type deadPods struct {
 
 func (*deadPods) WaitForSync(context.Context) bool { return true }
 
-func (d *deadPods) Confirm(context.Context, lease.PodRef) (podwatch.Verdict, error) {
+func (d *deadPods) Confirm(context.Context, lease.PodRef) (liveness.Verdict, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.confirmed++
-	return podwatch.Verdict{Reason: podwatch.ReasonNotFound}, nil
+	return liveness.Verdict{Reason: liveness.ReasonNotFound}, nil
 }
 
 // TestGonePodsThatHoldNothingCostOneQuery: a burst of pod deletions (a node drain, a

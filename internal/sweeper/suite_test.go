@@ -31,6 +31,8 @@ import (
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers/k8ssecret"
+	"github.com/vancetope/lease-operator/internal/revocation/podevents"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
@@ -166,10 +168,10 @@ func newFixture(ctx context.Context, o fixtureOptions) *fixture {
 	f.watcher, err = podwatch.New(cfg, podwatch.WithSelf(f.self), podwatch.WithNamespaces(f.ns), podwatch.WithLogger(GinkgoLogr))
 	Expect(err).NotTo(HaveOccurred())
 	registry := handlers.NewDefaultRegistry(f.selfHub,
-		handlers.ClientSecretReader{Reader: k8sClient}, nil, o.mcpEndpoints...)
+		k8ssecret.Reader{Reader: k8sClient}, nil, o.mcpEndpoints...)
 	f.disp = revocation.NewDispatcher(f.watcher, f.self, registry,
 		revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
-		revocation.WithRecorder(recorder),
+		revocation.WithRecorder(podevents.New(recorder)),
 		revocation.WithMetrics(f.metrics),
 		revocation.WithRegisterer(f.registry),
 		revocation.WithLogger(GinkgoLogr.WithName("dispatcher")),

@@ -18,12 +18,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 )
 
 // DefaultInterval is the default reap interval (--reap-interval).
@@ -54,7 +53,7 @@ type Liveness interface {
 	WaitForSync(ctx context.Context) bool
 	// Confirm is the liveness predicate: the cache, confirmed with the API server before a
 	// pod is called dead (the same source the dispatcher decides with).
-	Confirm(ctx context.Context, pod lease.PodRef) (podwatch.Verdict, error)
+	Confirm(ctx context.Context, pod lease.PodRef) (liveness.Verdict, error)
 }
 
 // Listener receives reaped holders (the revocation dispatcher). It must not block.
@@ -62,10 +61,7 @@ type Listener interface {
 	Revoked(ctx context.Context, reason string, holders []lease.Holder)
 }
 
-var (
-	_ Store    = (*leasestore.Store)(nil)
-	_ Liveness = (*podwatch.Watcher)(nil)
-)
+var _ Store = (*leasestore.Store)(nil)
 
 // Result summarises one round.
 type Result struct {
@@ -88,11 +84,6 @@ type Sweeper struct {
 	pending map[lease.PodRef]bool
 	wake    chan struct{}
 }
-
-var (
-	_ manager.Runnable               = (*Sweeper)(nil)
-	_ manager.LeaderElectionRunnable = (*Sweeper)(nil)
-)
 
 // Option configures a Sweeper.
 type Option func(*Sweeper)

@@ -21,6 +21,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/revocation/handlers/k8ssecret"
 	"github.com/vancetope/lease-operator/internal/testutil/storetest"
 )
 
@@ -175,7 +176,7 @@ var _ = Describe("Revocation dispatch on real pods", func() {
 		blind, err := podwatch.New(cfg, podwatch.WithSelf(f.self), podwatch.WithNamespaces(f.ns),
 			podwatch.WithLabelSelector(labels.SelectorFromSet(labels.Set{"app": "none"})))
 		Expect(err).NotTo(HaveOccurred())
-		disp := revocation.NewDispatcher(blind, f.self, handlers.NewDefaultRegistry(nil, handlers.ClientSecretReader{Reader: k8sClient}, nil, mcp.URL+"/mcp"),
+		disp := revocation.NewDispatcher(blind, f.self, handlers.NewDefaultRegistry(nil, k8ssecret.Reader{Reader: k8sClient}, nil, mcp.URL+"/mcp"),
 			revocation.WithForwarder(agentlink.NewHTTPForwarder(nil, f.agent.port, sharedSecret)),
 			revocation.WithMetrics(metrics.New(nil)), revocation.WithLogger(GinkgoLogr.WithName("blind")))
 		runCtx, cancel := context.WithCancel(context.Background())

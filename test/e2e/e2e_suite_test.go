@@ -434,8 +434,7 @@ func startManager(name, apiAddr, metricsAddr, probeAddr string, extra ...string)
 // manager finds pod by their source address, as in a cluster.
 func startAgent(name string, pod lease.PodRef, podIP, apiAddr, internalAddr, managerURL string) *process {
 	GinkgoHelper()
-	p, err := startProcess(name, workDir, managerBin, []string{
-		"agent",
+	p, err := startProcess(name, workDir, agentBinOf(managerBin), []string{
 		"--api-bind-address", apiAddr,
 		"--internal-bind-address", internalAddr,
 		"--manager-source-ip", podIP,

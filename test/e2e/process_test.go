@@ -168,7 +168,8 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// buildManager builds ./cmd/manager of the module at root into dir and returns the binary.
+// buildManager builds ./cmd/manager and ./cmd/agent of the module at root into dir and
+// returns the manager's binary; the agent's is beside it (agentBinOf).
 func buildManager(root, dir string) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -179,11 +180,14 @@ func buildManager(root, dir string) (string, error) {
 		goTool = filepath.Join(goroot, "bin", "go")
 	}
 	bin := filepath.Join(dir, "manager")
-	cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/manager")
+	cmd := exec.Command(goTool, "build", "-o", dir+string(filepath.Separator), "./cmd/manager", "./cmd/agent")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build -o %s ./cmd/manager: %w\n%s", bin, err, out)
+		return "", fmt.Errorf("go build -o %s ./cmd/manager ./cmd/agent: %w\n%s", dir, err, out)
 	}
 	return bin, nil
 }
+
+// agentBinOf is the agent's binary built beside the manager's.
+func agentBinOf(managerBin string) string { return filepath.Join(filepath.Dir(managerBin), "agent") }

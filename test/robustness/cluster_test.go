@@ -238,11 +238,12 @@ func startCluster(ctx context.Context, t testing.TB, assets string) *cluster {
 	built := make(chan error, 1)
 	managerBin := filepath.Join(workDir, "manager")
 	go func() {
-		cmd := exec.Command("go", "build", "-o", managerBin, "./cmd/manager")
+		// The manager and, beside it, the agent binary the webhook injects.
+		cmd := exec.Command("go", "build", "-o", workDir+string(filepath.Separator), "./cmd/manager", "./cmd/agent")
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			err = fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out)
+			err = fmt.Errorf("go build ./cmd/manager ./cmd/agent: %w\n%s", err, out)
 		}
 		built <- err
 	}()
@@ -333,10 +334,10 @@ func startCluster(ctx context.Context, t testing.TB, assets string) *cluster {
 		c.agentReady = append(c.agentReady, "http://"+local(ip, internalPort)+"/readyz")
 		pod := pods[i]
 		a := &proc{
-			name: fmt.Sprintf("agent-%d", i+1), bin: managerBin, logPath: filepath.Join(workDir, fmt.Sprintf("agent-%d.log", i+1)),
+			name: fmt.Sprintf("agent-%d", i+1), bin: filepath.Join(workDir, "agent"), logPath: filepath.Join(workDir, fmt.Sprintf("agent-%d.log", i+1)),
 			// As the webhook injects it: no kubeconfig (it asks the manager for its tenant and
 			// definitions), and its connections to the manager leave from the pod's address.
-			args: []string{"agent", "--api-bind-address", api, "--internal-bind-address", local(ip, internalPort),
+			args: []string{"--api-bind-address", api, "--internal-bind-address", local(ip, internalPort),
 				"--manager-source-ip", ip},
 			env: childEnv(
 				"MONGODB_URI="+c.storeURI, "MONGODB_DATABASE="+database,

@@ -1,5 +1,5 @@
 // Package robustness is the robustness suite (docs/robustness.md), after etcd's
-// tests/robustness: the built manager binary and two `manager agent` processes with pod
+// tests/robustness: the built manager binary and two agent processes (cmd/agent) with pod
 // identities, on a local control plane (envtest) and the development store (bin/mongodev),
 // under client traffic recorded as a history, with faults injected at moments chosen by a
 // seeded random source: agents killed, the store stopped, callers' deadlines cut short, the

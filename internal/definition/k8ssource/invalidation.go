@@ -9,7 +9,7 @@ import (
 
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
-	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 )
 
 // Invalidator drops cached definitions; *definition.Resolver implements it.
@@ -71,6 +71,6 @@ var _ AllInvalidator = (*definition.Resolver)(nil)
 // RegisterTenancyInvalidation drops every cached definition when a namespace's tenant changes:
 // the documents in it may gain or lose their place in the merge (docs/tenancy.md). Relabels
 // are rare, so dropping everything is cheaper to get right than finding the affected keys.
-func RegisterTenancyInvalidation(tenants *tenancy.Informed, inv AllInvalidator) {
+func RegisterTenancyInvalidation(tenants *k8stenancy.Informed, inv AllInvalidator) {
 	tenants.OnChange(func(string) { inv.InvalidateAll() })
 }

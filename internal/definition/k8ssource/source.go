@@ -15,6 +15,7 @@ import (
 	leasev1alpha1 "github.com/vancetope/lease-operator/api/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/tenancy/k8stenancy"
 )
 
 // Field indexes on LeaseDefinition objects, registered by SetupIndexes.
@@ -90,12 +91,12 @@ func LayerFrom(ld *leasev1alpha1.LeaseDefinition) definition.Layer {
 	return l
 }
 
-// Permitted decides whether an object's namespace owns its layer (tenancy.Permits).
+// Permitted decides whether an object's namespace owns its layer (k8stenancy.Permits).
 func Permitted(ld *leasev1alpha1.LeaseDefinition, tenants tenancy.Map) (reason, message string, ok bool) {
-	return tenancy.Permits(ld.Namespace, ld.Spec.Tenant, ld.Spec.Project, tenants)
+	return k8stenancy.Permits(ld.Namespace, ld.Spec.Tenant, ld.Spec.Project, tenants)
 }
 
-// syncer is implemented by a tenancy.Map that can still be filling (tenancy.Informed).
+// syncer is implemented by a tenancy.Map that can still be filling (k8stenancy.Informed).
 type syncer interface{ HasSynced() bool }
 
 // Source reads layer documents from LeaseDefinition objects in every namespace the reader

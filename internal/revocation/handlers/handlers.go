@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vancetope/lease-operator/internal/notify"
 	"github.com/vancetope/lease-operator/internal/revocation"
@@ -83,27 +81,17 @@ var _ Publisher = (*notify.Hub)(nil)
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
-// SecretReader reads a Secret. Back it with an uncached reader (the manager's
-// GetAPIReader()): a cached client would start an informer over every Secret in the
-// cluster. RBAC: get on secrets.
+// SecretReader reads the data of a Secret. Back it with an uncached reader (k8ssecret.Reader
+// over the manager's GetAPIReader()): a cached client would start an informer over every
+// Secret in the cluster. RBAC: get on secrets.
 type SecretReader interface {
-	ReadSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	ReadSecret(ctx context.Context, namespace, name string) (Secret, error)
 }
 
-// ClientSecretReader is a SecretReader over a controller-runtime reader.
-type ClientSecretReader struct {
-	Reader client.Reader
-}
-
-var _ SecretReader = ClientSecretReader{}
-
-// ReadSecret gets the Secret namespace/name.
-func (c ClientSecretReader) ReadSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
-	s := &corev1.Secret{}
-	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
-		return nil, fmt.Errorf("reading secret %s/%s: %w", namespace, name, err)
-	}
-	return s, nil
+// Secret is what the handlers read of a Secret.
+type Secret struct {
+	Labels map[string]string
+	Data   map[string][]byte
 }
 
 // NewDefaultRegistry returns a registry with the shipped handlers: tex, mcp and notify.

@@ -39,12 +39,12 @@ var (
 // fakeSecrets is an in-memory SecretReader.
 type fakeSecrets map[string]*corev1.Secret
 
-func (f fakeSecrets) ReadSecret(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+func (f fakeSecrets) ReadSecret(_ context.Context, namespace, name string) (handlers.Secret, error) {
 	s, ok := f[namespace+"/"+name]
 	if !ok {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, name)
+		return handlers.Secret{}, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, name)
 	}
-	return s, nil
+	return handlers.Secret{Labels: s.Labels, Data: s.Data}, nil
 }
 
 // mcpConfig is the holder namespace's mcp configuration Secret: the endpoint it is for

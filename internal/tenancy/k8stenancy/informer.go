@@ -1,4 +1,4 @@
-package tenancy
+package k8stenancy
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -13,7 +14,7 @@ import (
 )
 
 // IndexTenant indexes Namespace objects in a controller-runtime cache by the value of
-// TenantLabel (registered by SetupIndex), so that a consumer of the cache can list a tenant's
+// tenancy.TenantLabel (registered by SetupIndex), so that a consumer of the cache can list a tenant's
 // namespaces with client.MatchingFields{IndexTenant: tenant}.
 const IndexTenant = "lease.vancetope.io/tenant"
 
@@ -26,7 +27,7 @@ func SetupIndex(ctx context.Context, indexer client.FieldIndexer) error {
 }
 
 func tenantIndexFunc(o client.Object) []string {
-	if t := o.GetLabels()[TenantLabel]; t != "" {
+	if t := o.GetLabels()[tenancy.TenantLabel]; t != "" {
 		return []string{t}
 	}
 	return nil
@@ -38,7 +39,7 @@ const informerIndex = "lease.vancetope.io/tenancy"
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Informed is the Map of a cluster: it reads the Namespace informer of a controller-runtime
-// cache through an index by TenantLabel. Because it reads the informer's own store, it agrees
+// cache through an index by tenancy.TenantLabel. Because it reads the informer's own store, it agrees
 // with every event handler of that informer: a controller that reacts to a Namespace event
 // sees the new tenant in TenantOf. It is safe for concurrent use.
 type Informed struct {
@@ -49,7 +50,7 @@ type Informed struct {
 	handlers []func(namespace string)
 }
 
-var _ Map = (*Informed)(nil)
+var _ tenancy.Map = (*Informed)(nil)
 
 // NewInformed returns the Map of the namespaces the informers see, with system as the system
 // namespace. Call it before the cache starts, so that OnChange sees every relabel. The
@@ -107,7 +108,7 @@ func (m *Informed) TenantOf(namespace string) (string, bool) {
 	if !isNS {
 		return "", false
 	}
-	t := ns.Labels[TenantLabel]
+	t := ns.Labels[tenancy.TenantLabel]
 	return t, t != ""
 }
 
@@ -160,7 +161,7 @@ func changeHandler(notify func(namespace string)) toolscache.ResourceEventHandle
 		if !ok {
 			return "", "", false
 		}
-		return ns.Name, ns.Labels[TenantLabel], true
+		return ns.Name, ns.Labels[tenancy.TenantLabel], true
 	}
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {

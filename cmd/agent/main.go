@@ -1,3 +1,10 @@
+// Command agent is the lease agent that the manager's webhook injects into workload pods as a
+// native sidecar: the admission API for the pod's own containers on 127.0.0.1, with the pod's
+// identity from the downward API, the long-poll for revocations, and the endpoint that
+// receives revocations forwarded by reapers elsewhere. It reads nothing from the Kubernetes
+// API (its tenant and definitions come from the manager, deflink) and links none of its client
+// libraries: a pod pays for an HTTP front of a few store round trips, not for a manager
+// (docs/figures.md, "Agent footprint"; TestAgentLinksNoKubernetesClient).
 package main
 
 import (
@@ -6,31 +13,58 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vancetope/lease-operator/internal/agentauth"
 	"github.com/vancetope/lease-operator/internal/agentlink"
 	"github.com/vancetope/lease-operator/internal/deflink"
 	"github.com/vancetope/lease-operator/internal/httpapi"
+	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
+	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/notify"
-	"github.com/vancetope/lease-operator/internal/podwatch"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/revocation/handlers"
+	"github.com/vancetope/lease-operator/internal/serving"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"k8s.io/utils/clock"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+func main() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One pod's callers, a few short store round trips each: one thread runs them, and
+		// no idle thread of a node's worth spins looking for work (docs/figures.md, "Agent
+		// footprint": 1.8 → 1.35 ms of CPU per acquire+release).
+		runtime.GOMAXPROCS(1)
+	}
+	if os.Getenv("GOGC") == "" {
+		// A small heap: collected at half again the live heap rather than twice it, for 2 %
+		// more CPU (docs/figures.md, "Agent footprint").
+		debug.SetGCPercent(50)
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		os.Exit(1)
+	}
+}
 
 // agentFlags are the sidecar's settings.
 type agentFlags struct {
-	store        storeFlags
+	store        serving.StoreFlags
+	logLevel     string
 	apiAddr      string
 	internalAddr string
 	managerURL   string
@@ -38,7 +72,8 @@ type agentFlags struct {
 }
 
 func (f *agentFlags) bind(fs *flag.FlagSet) {
-	f.store.bind(fs)
+	f.store.Bind(fs)
+	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error. Logs are JSON lines on stderr.")
 	fs.StringVar(&f.apiAddr, "api-bind-address", fmt.Sprintf("127.0.0.1:%d", settings.AgentAPIPort),
 		"Address of the admission API for the pod's own containers.")
 	fs.StringVar(&f.internalAddr, "internal-bind-address", fmt.Sprintf(":%d", settings.AgentInternalPort),
@@ -58,32 +93,45 @@ func (f agentFlags) check(key string) error {
 	if key == "" {
 		errs = append(errs, fmt.Errorf("no agent key: set %s or --internal-secret; the manager answers only signed requests", settings.EnvAgentKey))
 	}
-	if f.store.defaultsDir != "" {
+	if f.store.DefaultsDir != "" {
 		errs = append(errs, errors.New("--defaults-dir is the manager's: the agent resolves nothing itself"))
 	}
 	return errors.Join(errs...)
 }
 
-// runAgent runs the lease agent: the admission library for the pod's own containers on
+// run runs the lease agent: the admission library for the pod's own containers on
 // 127.0.0.1, with the pod's identity from the downward API, the long-poll for revocations,
 // and the endpoint that receives revocations forwarded by reapers elsewhere. It reads nothing
 // from the Kubernetes API: its tenant and its definitions come from the manager (deflink),
 // so the pod's service account needs no role (docs/security.md, "Agents ask the manager").
-func runAgent(args []string) error {
+func run(args []string) error {
 	var f agentFlags
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	f.bind(fs)
-	if err := parse(fs, args); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log := ctrl.Log.WithName("agent")
-	ctx := ctrl.SetupSignalHandler()
+	root, err := newLogger(f.logLevel)
+	if err != nil {
+		return err
+	}
+	// The admission library logs through controller-runtime's logger shim (a logr delegate
+	// with no Kubernetes dependency): it goes to the same JSON lines.
+	logf.SetLogger(root)
+	log := root.WithName("agent")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// The process's registry: the lease metrics, and the Go runtime's and the process's own
+	// (memory, CPU, goroutines), which the footprint benchmark reads.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.UseRegistry(reg)
 
 	self, err := httpapi.AgentIdentityFromEnv()
 	if err != nil {
 		return err
 	}
-	key := cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.secret, self.Namespace))
+	key := cmp.Or(os.Getenv(settings.EnvAgentKey), agentlink.AgentKey(f.store.Secret, self.Namespace))
 	if err := f.check(key); err != nil {
 		return err
 	}
@@ -92,44 +140,44 @@ func runAgent(args []string) error {
 	toManager := agentauth.HTTPClient(f.sourceIP)
 	defs := deflink.NewClient(f.managerURL, self.Namespace, key,
 		deflink.WithHTTPClient(toManager), deflink.WithClientLogger(log.WithName("definitions")))
-	wt := newWaiting()
-	// A definition the manager may have changed wakes every waiter, which re-resolves, as
-	// followDefinitions does with the manager's own resolver (docs/waiting.md).
-	defs.OnChange(func() { wt.queue.WakeAll() })
-	store, closeStore, err := setupStore(f.store, wt.storeOptions()...)
+	wt := serving.NewWaiting()
+	// A definition the manager may have changed wakes every waiter, which re-resolves, as the
+	// manager's own resolver does (docs/waiting.md).
+	wt.FollowDefinitions(defs.OnChange)
+	store, closeStore, err := f.store.Connect(append(wt.StoreOptions(), leasestore.WithSmallPool(poolSize))...)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 
 	m := metrics.Default()
-	hub := notify.NewHub(eventsKeep, realClock)
+	hub := notify.NewHub(serving.EventsKeep, clock.RealClock{})
 	registry := handlers.NewDefaultRegistry(hub, nil, nil)
 	// The agent watches no pods. Its lazy idle sweep runs on the manager (--manager-url), which
 	// dispatches the reaped holders through the full matrix. Only when the manager is not
 	// reachable does the agent sweep itself; then its own pod is alive and the liveness of
 	// every other pod is unknown: release only, no handler (those holders learn of it at their
 	// next check, LEASE_LOST).
-	dispatcher := revocation.NewDispatcher(podwatch.SelfOnly{Self: self}, self, registry,
-		revocation.WithMetrics(m), revocation.WithRegisterer(ctrlmetrics.Registry),
+	dispatcher := revocation.NewDispatcher(liveness.SelfOnly{Self: self}, self, registry,
+		revocation.WithMetrics(m), revocation.WithRegisterer(reg), revocation.WithQueueSize(revocationQueue),
 		revocation.WithLogger(log.WithName("revocation")))
 	// A waiter's borrowing reclaim runs on the manager too, which runs the revoked holder's
 	// handler and records the Event; here it would be a release only (docs/borrowing.md).
-	svcOpts := append(wt.serviceOptions(), leasing.WithIdleReaper(sweeper.RelayReaper(toManager, f.managerURL, key, store)),
+	svcOpts := append(wt.ServiceOptions(), leasing.WithIdleReaper(sweeper.RelayReaper(toManager, f.managerURL, key, store)),
 		leasing.WithReclaimRelay(sweeper.RelayReclaim(toManager, f.managerURL, key, leasing.ErrRelayUnreachable)),
-		leasing.WithRevocationListener(dispatcher), leasing.WithClock(realClock), leasing.WithMetrics(m))
+		leasing.WithRevocationListener(dispatcher), leasing.WithClock(clock.RealClock{}), leasing.WithMetrics(m))
 	svc := leasing.NewService(store, defs, registry, svcOpts...)
-	wt.startNotifier(ctx, store)
+	wt.StartNotifier(ctx, store)
 
-	api := routes(routeHandlers{
+	api := serving.Routes(serving.Handlers{
 		// The pod's containers act only for the tenant of the pod's namespace, as the manager
 		// last told it; until the manager answered once, LEASE_UNAVAILABLE.
-		api: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)),
+		API: httpapi.NewHandler(svc, httpapi.WithPodIdentity(httpapi.StaticPodIdentity(self)),
 			httpapi.WithTenantBinder(tenancy.Binder{Map: defs.Tenancy(), NonPod: tenancy.NonPodRefused}.Bind),
-			httpapi.WithEvents(hub), httpapi.WithMaxWait(maxWait)),
+			httpapi.WithEvents(hub), httpapi.WithMaxWait(serving.MaxWait)),
 	})
 	// The internal port is the one the kubelet and other pods reach: revocations and probes.
-	internal := routes(routeHandlers{revoked: newReceiver(self, registry, key, store)})
+	internal := serving.Routes(serving.Handlers{Revoked: serving.NewReceiver(self, registry, key, store, root.WithName("receiver"))})
 	internal.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// The consumer path's metrics (acquire, check, release, dispatch), as on the manager.
 	internal.Handle("GET "+metrics.Path, metrics.Handler())
@@ -145,31 +193,28 @@ func runAgent(args []string) error {
 	})
 
 	log.Info("Starting the lease agent", "pod", self.String(), "api", f.apiAddr, "internal", f.internalAddr, "manager", f.managerURL)
-	return runAll(ctx,
+	return serving.RunAll(ctx,
 		dispatcher,
 		defs,
-		httpServer{name: "agent API", addr: f.apiAddr, handler: api},
-		httpServer{name: "agent internal", addr: f.internalAddr, handler: internal},
+		serving.HTTPServer{Name: "agent API", Addr: f.apiAddr, Handler: api},
+		serving.HTTPServer{Name: "agent internal", Addr: f.internalAddr, Handler: internal},
 	)
 }
 
-// runAll runs every runnable until ctx ends or one of them fails, then stops the others and
-// waits for them. The agent has no controller-runtime manager: it reads no Kubernetes API.
-func runAll(ctx context.Context, runnables ...manager.Runnable) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(runnables))
-	for _, r := range runnables {
-		go func() { errs <- r.Start(ctx) }()
+// poolSize bounds the agent's store connections: one pod's callers, whose calls are a few
+// short round trips each, and the notifier's poll. The driver opens connections on demand
+// and closes idle ones (docs/operations.md, "Agent footprint").
+const poolSize = 4
+
+// revocationQueue bounds the revocations waiting for dispatch: those of one pod's holders
+// (the manager's default is for a cluster's).
+const revocationQueue = 256
+
+// newLogger returns JSON lines on stderr at level.
+func newLogger(level string) (logr.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return logr.Logger{}, fmt.Errorf("--log-level %q: %w", level, err)
 	}
-	var first error
-	for range runnables {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			cancel()
-		} else if err == nil {
-			cancel() // a runnable that ends early ends the agent
-		}
-	}
-	return first
+	return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }

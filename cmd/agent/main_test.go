@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/vancetope/lease-operator/internal/serving"
 )
 
 // The agent asks the manager for everything it resolves: without the manager's URL or a key
@@ -16,7 +18,7 @@ func TestAgentFlagsCheck(t *testing.T) {
 		"manager and key": {flags: agentFlags{managerURL: "http://manager:8082"}, key: "k"},
 		"no manager":      {key: "k", wantErr: []string{"--manager-url"}},
 		"no key":          {flags: agentFlags{managerURL: "http://manager:8082"}, wantErr: []string{"no agent key"}},
-		"a defaults dir": {flags: agentFlags{managerURL: "http://manager:8082", store: storeFlags{defaultsDir: "/etc/lease"}}, key: "k",
+		"a defaults dir": {flags: agentFlags{managerURL: "http://manager:8082", store: serving.StoreFlags{DefaultsDir: "/etc/lease"}}, key: "k",
 			wantErr: []string{"--defaults-dir is the manager's"}},
 	}
 	for name, tc := range cases {
@@ -31,20 +33,5 @@ func TestAgentFlagsCheck(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// The webhook gives agents the manager's URL; a manager that injects without one refuses to
-// start rather than inject agents that can never resolve.
-func TestManagerValidateAgentManagerURL(t *testing.T) {
-	base := managerFlags{reconcileSafety: 10 * 60e9}
-	f := base
-	f.agentImage = "example.com/lease-operator:dev"
-	if err := f.validate(); err == nil || !strings.Contains(err.Error(), "--agent-manager-url") {
-		t.Errorf("validate() with --agent-image only = %v, want an error about --agent-manager-url", err)
-	}
-	f.agentManagerURL = "http://lease-operator-admission.lease-operator-system.svc:8082"
-	if err := f.validate(); err != nil {
-		t.Errorf("validate() = %v", err)
 	}
 }

@@ -1,9 +1,10 @@
-package tenancy
+package k8stenancy
 
 import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vancetope/lease-operator/internal/tenancy"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -12,7 +13,7 @@ import (
 func namespace(name, tenant string) *corev1.Namespace {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if tenant != "" {
-		ns.Labels = map[string]string{TenantLabel: tenant}
+		ns.Labels = map[string]string{tenancy.TenantLabel: tenant}
 	}
 	return ns
 }
