@@ -288,6 +288,29 @@ func TestWaitingCosts(t *testing.T) {
 	assertNoDrift(t, e.store)
 }
 
+// TestAHundredYearWaitKeepsLooking: a pod waits for its lease without bound (podadmit: a
+// hundred years). Its waiter looks at the store every safety period all the same, so that it
+// renews its place and takes a slot freed without a hand-over. (Three quarters of a hundred
+// years, computed as d*3/4, overflowed: the waiter looked once and then never again, its place
+// lapsed, and a slot given back meanwhile stayed free while it waited; make run showed it.)
+func TestAHundredYearWaitKeepsLooking(t *testing.T) {
+	e := newEnv(t, []leaseDef{{name: "tex", global: 1, ttlSeconds: 3600, waitMs: 60000}}, envOpts{grants: true})
+	lc := &lookCounter{Store: e.store, cmds: e.cmds, looked: make(chan struct{}, 1)}
+	q := waitq.New()
+	e.svc = leasing.NewService(lc, definition.NewResolver(nil, e.source), leasing.NewStaticTypes("tex"),
+		leasing.WithWaitQueue(q), leasing.WithSafetyTimer(100*time.Millisecond), leasing.WithSweepInterval(time.Hour))
+	e.grantTo(q)
+	mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))
+	r := req("tex", "acme", "p", "v")
+	r.WaitFor = waitFor(100 * 365 * 24 * time.Hour)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	go func() { _, _ = e.svc.Acquire(ctx, r) }()
+	for range 3 {
+		waitfor.Receive(t, lc.looked, "a look of the waiter")
+	}
+}
+
 func TestTokenLabelsNeedNoStoreRead(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", resource: "tex2pdf", global: 3, ttlSeconds: 60}}, envOpts{})
 	l := mustAcquire(t, e.svc, req("tex", "acme", "p", "u"))

@@ -126,7 +126,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		}
 		retry := swept > 0
 		if !retry {
-			if d := deadline.Sub(s.clk.Now()) * 3 / 4; d > 0 {
+			if d := threeQuarters(deadline.Sub(s.clk.Now())); d > 0 {
 				if woke, _ := w.Wait(ctx, s.clk, d, deadline); woke == waitq.Cancelled {
 					busy.Err = ctx.Err()
 					return lease.Holder{}, busy
@@ -168,17 +168,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 
 	looked := false
 	for {
-		d := waitq.SafetyDelay(safety, s.cfg.random())
-		if remaining := deadline.Sub(s.clk.Now()); d > remaining*3/4 {
-			// A look keeps a quarter of the wait for itself. A wait shorter than the safety
-			// period still looks once, at three quarters of it: a store that went away
-			// meanwhile then answers unavailable, not busy.
-			if looked {
-				d = remaining + time.Second // no further look: the deadline comes first
-			} else {
-				d = remaining * 3 / 4
-			}
-		}
+		d := nextLook(safety, s.cfg.random(), deadline.Sub(s.clk.Now()), looked)
 		// Never later than the next idle expiry the last sweep of the resource saw: the look
 		// then sweeps the idle holder and its slot is handed on (docs/waiting.md).
 		if at, ok := s.sweeps.nextExpiry(req.Resource); ok {
@@ -547,6 +537,25 @@ func (s *Service) recheck(ctx context.Context, current currentFunc, deadline tim
 	}
 	return nil
 }
+
+// nextLook is how long a waiter pauses before its next look at the store: a safety period,
+// jittered by r in [0, 1) (waitq.SafetyDelay). A look keeps a quarter of the remaining wait
+// for itself: a wait shorter than that still looks once, at three quarters of it, so that a
+// store that went away meanwhile answers unavailable, not busy; after that look the deadline
+// comes first. Any remaining wait, a pod's of a hundred years included, is safe from overflow.
+func nextLook(safety time.Duration, r float64, remaining time.Duration, looked bool) time.Duration {
+	d := waitq.SafetyDelay(safety, r)
+	if d <= threeQuarters(remaining) {
+		return d
+	}
+	if looked {
+		return remaining + time.Second // no further look: the deadline comes first
+	}
+	return threeQuarters(remaining)
+}
+
+// threeQuarters is three quarters of d, for any d (d*3/4 overflows beyond 97 years).
+func threeQuarters(d time.Duration) time.Duration { return d - d/4 }
 
 // safetyFor is the safety period of a waiter on a lease with ttl: the configured one, but at
 // most a third of the TTL, so that a live waiter's renewals keep it from being reaped as idle.
