@@ -18,7 +18,9 @@
 # local control plane's aggregation layer; default 8444), MONGODEV_FLAGS (more flags of the
 # development server, e.g. "--log-level info --slow-command 20ms" logs every command that
 # holds it longer into its log), KWOK (off: pods of the local control plane stay Pending, as
-# before kwok; docs/operations.md#the-development-cluster).
+# before kwok; docs/operations.md#the-development-cluster). On the local control plane the
+# manager serves its webhooks (pod admission, agent injection), and the agent of every
+# injected pod runs as a local process on the pod's address (devcluster agents).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -29,6 +31,7 @@ export LEASE_SYSTEM_NAMESPACE=$system_ns
 live_port=${LIVE_API_PORT:-8444}
 kwok=${KWOK:-on}
 live_flags=()
+webhook_flags=()
 kwok_flags=()
 await_flags=()
 pids=()
@@ -66,7 +69,7 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     kwok_flags=(--kwok --kwok-dir "$logs/kwok")
   fi
   "$bin/devcluster" --write-kubeconfig "$bin/dev.kubeconfig" --apply config/samples,config/policy \
-    --live-api-port "$live_port" --system-namespace "$system_ns" "${kwok_flags[@]}" >"$logs/devcluster.log" 2>&1 &
+    --live-api-port "$live_port" --system-namespace "$system_ns" --webhooks config/webhook "${kwok_flags[@]}" >"$logs/devcluster.log" 2>&1 &
   pids+=($!)
   wait_for "$logs/devcluster.log" "devcluster ready" 120 "${pids[-1]}"
   export KUBECONFIG=$bin/dev.kubeconfig
@@ -74,6 +77,11 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   sed -n 's/^devcluster kwok: /run: kwok: /p' "$logs/devcluster.log"
   # The local control plane routes live.lease.vancetope.io to this manager.
   live_flags=(--live-api-bind-address "127.0.0.1:$live_port")
+  # The webhooks, as a cluster has them: annotated pods are gated and admitted by lease
+  # (docs/pod-admission.md), and pods annotated for injection get the agent, which
+  # `devcluster agents` runs below, since no container runs here.
+  read -ra webhook_flags <<<"$(sed -n 's/^devcluster webhooks: //p' "$logs/devcluster.log")"
+  webhook_flags+=(--pod-admission-webhook --agent-image lease-operator:dev --agent-manager-url "http://$api")
   await_flags=(--live --kubeconfig "$KUBECONFIG")
 fi
 
@@ -85,7 +93,7 @@ export LEASE_INTERNAL_SECRET=${LEASE_INTERNAL_SECRET:-$(head -c 32 /dev/urandom 
 # The manager's log goes to a file until it is ready, then follows the lines to paste.
 "$bin/manager" --api-bind-address "$api" --admin-bind-address "$admin" --metrics-bind-address 127.0.0.1:8080 \
   --health-probe-bind-address 127.0.0.1:8081 --reap-interval 10s --system-namespace "$system_ns" --zap-devel \
-  --allow-non-pod-callers "${live_flags[@]}" "$@" >"$logs/manager.log" 2>&1 &
+  --allow-non-pod-callers "${live_flags[@]}" "${webhook_flags[@]}" "$@" >"$logs/manager.log" 2>&1 &
 manager=$!
 pids+=("$manager")
 echo "run: starting the manager (log: $logs/manager.log) ..."
@@ -106,9 +114,15 @@ run: the operator's view, in another shell (the kubeconfig is all it needs):
      bin/kubectl-lease list; bin/kubectl-lease counters; bin/kubectl-lease definition tex --tenant acme --project thesis
 TXT
 if ((${#kwok_flags[@]})); then
+  # The agents of injected pods, as local processes on the pods' addresses.
+  "$bin/devcluster" agents --kubeconfig "$KUBECONFIG" --agent-bin "$bin/agent" --mongodb-uri "$MONGODB_URI" \
+    --log-dir "$logs" >"$logs/agents.log" 2>&1 &
+  pids+=($!)
   cat <<TXT
 run: pods run here (kwok): kubectl -n acme run app --image=busybox; kubectl -n acme get pod app -o wide
      shows its IP (127.1.0.x), which this host can send from: curl --interface <IP> ... acts as that pod
+run: the webhooks are served: a pod annotated lease.vancetope.io/inject=true gets the agent, run here on
+     <pod IP>:8090 (log: $logs/agents.log); one annotated lease.vancetope.io/admit-lease waits for its lease
 TXT
 fi
 tail -n +1 -f --pid "$manager" "$logs/manager.log" &

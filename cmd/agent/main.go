@@ -51,8 +51,8 @@ func main() {
 		runtime.GOMAXPROCS(1)
 	}
 	if os.Getenv("GOGC") == "" {
-		// A small heap: collected at half again the live heap rather than twice it, for 2 %
-		// more CPU (docs/figures.md, "Agent footprint").
+		// A small heap: collected at half again the live heap rather than at twice it, for CPU
+		// within the footprint benchmark's noise (docs/figures.md, "Agent footprint").
 		debug.SetGCPercent(50)
 	}
 	if err := run(os.Args[1:]); err != nil {

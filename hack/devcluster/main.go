@@ -15,6 +15,12 @@
 //
 // `devcluster await` (await.go) waits until a manager started against it is ready.
 //
+// With --webhooks config/webhook the manager's webhooks are installed, pointed at
+// 127.0.0.1 (the manager serves them with the printed --webhook-port and --webhook-cert-dir):
+// pods annotated for a lease are gated and admitted, pods annotated for injection get the
+// agent. No container runs under kwok, so `devcluster agents` (agents.go) runs each injected
+// pod's agent as a local process on the pod's address.
+//
 // KUBEBUILDER_ASSETS must name the directory with the binaries (hack/envtest-bins.sh).
 package main
 
@@ -48,6 +54,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "agents" {
+		if err := runAgents(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "devcluster agents:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "await" {
 		if err := runAwait(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "devcluster await:", err)
@@ -71,6 +84,7 @@ func run() error {
 	install := flag.String("kustomization", filepath.Join("config", "default", "kustomization.yaml"), "the install whose namePrefix the live API's ClusterRoles get")
 	withKwok := flag.Bool("kwok", false, "make pods run: start kwok ($KWOK_BIN, else hack/kwok-bin.sh) with one node and bind every pod to it")
 	kwokDir := flag.String("kwok-dir", "", "with --kwok: where kwok's log and kubeconfig go (default a temporary directory)")
+	webhooks := flag.String("webhooks", "", "directory of webhook configurations (config/webhook) to install, pointed at a server on 127.0.0.1 whose port and certificates are printed (with --live-api-port)")
 	flag.Parse()
 
 	var (
@@ -78,7 +92,7 @@ func run() error {
 		cfg *rest.Config
 	)
 	if *livePort > 0 {
-		agg, err := aggregatortest.Start(*crds)
+		agg, err := aggregatortest.StartWithWebhooks(*webhooks, *crds)
 		if err != nil {
 			return err
 		}
@@ -126,6 +140,9 @@ func run() error {
 		defer func() { _ = k.Stop() }()
 		fmt.Printf("devcluster kwok: node %s Ready in %v; pods run, with IPs from %s (kwok's log: %s)\n",
 			k.NodeName, k.Startup.Round(time.Millisecond), k.PodCIDR, filepath.Join(k.Dir, "kwok.log"))
+	}
+	if wio := env.WebhookInstallOptions; *webhooks != "" {
+		fmt.Printf("devcluster webhooks: --webhook-port %d --webhook-cert-dir %s\n", wio.LocalServingPort, wio.LocalServingCertDir)
 	}
 	fmt.Printf("devcluster ready: KUBECONFIG=%s (API server %s)\n", *kubeconfig, cfg.Host)
 

@@ -57,7 +57,12 @@ type Env struct {
 
 // Start starts the control plane with the front-proxy flags set; crdPaths are installed
 // (ErrorIfCRDPathMissing).
-func Start(crdPaths ...string) (*Env, error) {
+func Start(crdPaths ...string) (*Env, error) { return StartWithWebhooks("", crdPaths...) }
+
+// StartWithWebhooks is Start that also installs the webhook configurations of webhookDir
+// ("" none), pointed at a server on 127.0.0.1 with certificates envtest generates (the
+// environment's WebhookInstallOptions: LocalServingPort, LocalServingCertDir).
+func StartWithWebhooks(webhookDir string, crdPaths ...string) (*Env, error) {
 	assets, err := envtestbin.AssetsDir()
 	if err != nil {
 		return nil, err
@@ -74,6 +79,9 @@ func Start(crdPaths ...string) (*Env, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     crdPaths,
 		ErrorIfCRDPathMissing: len(crdPaths) > 0,
+	}
+	if webhookDir != "" {
+		env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{webhookDir}, LocalServingHost: "127.0.0.1"}
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("requestheader-client-ca-file", caFile)
