@@ -37,6 +37,37 @@ func (r *recorder) add(e Entry) {
 	r.mu.Unlock()
 }
 
+// lastLife is the latest answer 200 (its end, ns since origin) that a holder of resource got
+// from a call of the churn (a grant or a check), among the holders their callers never
+// released; 0 when there is none. Such a holder is its caller's: a check answered after a
+// fault renews it, and its TTL runs from there, not from the fault.
+func (r *recorder) lastLife(resource string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := map[string]int64{}
+	released := map[string]bool{}
+	for _, e := range r.calls {
+		if e.Resource != resource || e.Probe || e.Answer.Status != http.StatusOK {
+			continue
+		}
+		switch e.Op {
+		case OpAcquire:
+			last[e.Answer.Token] = max(last[e.Answer.Token], e.End)
+		case OpCheck:
+			last[e.Token] = max(last[e.Token], e.End)
+		case OpRelease:
+			released[e.Token] = true
+		}
+	}
+	var at int64
+	for tok, end := range last {
+		if !released[tok] {
+			at = max(at, end)
+		}
+	}
+	return at
+}
+
 func (r *recorder) fault(f Fault) {
 	r.mu.Lock()
 	r.faults = append(r.faults, f)
