@@ -89,12 +89,12 @@ type episodeResult struct {
 	// and was refused one more; Stuck when that never happened within the bound. When a
 	// holder its caller never released was renewed after the last fault (a check answered
 	// 200), Recovery runs from that renewal, RenewedAfter after the fault.
-	Recovery     time.Duration `json:"recovery"`
-	RenewedAfter time.Duration `json:"renewedAfter,omitempty"`
-	PerProcess []time.Duration `json:"perProcess"`
-	Stuck      bool            `json:"stuck"`
-	StuckState string          `json:"stuckState,omitempty"`
-	Wedged     bool            `json:"wedged"`
+	Recovery     time.Duration   `json:"recovery"`
+	RenewedAfter time.Duration   `json:"renewedAfter,omitempty"`
+	PerProcess   []time.Duration `json:"perProcess"`
+	Stuck        bool            `json:"stuck"`
+	StuckState   string          `json:"stuckState,omitempty"`
+	Wedged       bool            `json:"wedged"`
 }
 
 var (
