@@ -28,9 +28,6 @@ var registry Registry = prometheus.NewRegistry()
 // metrics endpoint serves). Call it first, before anything registers.
 func UseRegistry(r Registry) { registry = r }
 
-// Registerer is the process's registry, for the metrics of other packages.
-func Registerer() prometheus.Registerer { return registry }
-
 // Handler serves the process's registry, which Default registers with, in the Prometheus
 // text format: the same metric names and labels in the manager and the agent.
 func Handler() http.Handler {
