@@ -75,6 +75,10 @@ func validateAcquire(req AcquireRequest) error {
 // cancellation or deadline, only by the store's operation timeout: a write cut mid-flight
 // may still apply, and the rollback gives back whatever it booked.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (lease.Holder, error) {
+	return s.rememberHeld(s.acquire(ctx, req))
+}
+
+func (s *Store) acquire(ctx context.Context, req AcquireRequest) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
 	}

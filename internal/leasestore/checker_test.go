@@ -224,6 +224,7 @@ type runner struct {
 	delivered []*wiresched.Command
 	loses     int
 	dups      int
+	probes    int // the probe's acquisitions so far (each its own holder)
 	cmdsOf    map[int]int
 }
 
@@ -765,7 +766,11 @@ func (r *runner) probe(attempt int) string {
 		}
 	}()
 	try := func(user string) string {
-		req := r.request(fmt.Sprintf("probe-%d-%d", attempt, len(got)))
+		// A fresh token for every try: a token used before may still name its released
+		// holder, whose delete comes off the release's path, and an acquisition with it
+		// finds that holder instead of starting a new one.
+		r.probes++
+		req := r.request(fmt.Sprintf("probe-%d-%d", attempt, r.probes))
 		req.User = user
 		h, err := r.direct.Acquire(ctx, req)
 		var busy *lease.BusyError

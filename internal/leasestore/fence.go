@@ -49,6 +49,9 @@ const holdSlots = 8
 type holdSample struct {
 	ms   int64
 	slot int64
+	// pre is a fence taken beside the release's mark, with the hold recorded (prefence.go):
+	// the first hand-over uses it instead of taking one.
+	pre *preFence
 }
 
 // holdOf is the hold sample of a holder being released: none for one that held nothing
@@ -63,6 +66,19 @@ func holdOf(d holderDoc) holdSample {
 // takeFences reserves n consecutive fences of resource in one round trip and returns the
 // first, recording hold in the same write. Numbers reserved and never recorded (a crash, a
 // hand-over that found nobody) are gaps, which the order allows.
+// fencesFor returns the first of the fences a hand-over of n slots of resource starts with
+// and how many it has: the one taken beside the mark if there is one, else n taken now.
+func (s *Store) fencesFor(ctx context.Context, resource string, n int, hold holdSample) (first int64, got int, err error) {
+	if f, ok := hold.pre.take(resource); ok {
+		return f, 1, nil
+	}
+	if hold.pre != nil && hold.pre.resource == resource {
+		hold = holdSample{} // recorded beside the mark (or lost with its write: a sample, no more)
+	}
+	f, err := s.takeFences(ctx, resource, n, hold)
+	return f, n, err
+}
+
 func (s *Store) takeFences(ctx context.Context, resource string, n int, hold holdSample) (int64, error) {
 	update := bson.D{{Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(n)}}}}
 	if hold.ms > 0 {

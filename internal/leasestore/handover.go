@@ -33,8 +33,8 @@ import (
 
 // giveBack gives back the entries of pid at keys: handed over where a live waiter lines up,
 // removed elsewhere. exact says that pid has an entry at every key (a held holder's levels);
-// otherwise the keys are those it may have one at, and a read finds which still have one
-// after the removal.
+// otherwise the keys are those it may have one at, and a read first finds which it has one
+// at. pid is a released holder's (or one that never was a holder).
 func (s *Store) giveBack(ctx context.Context, keys []string, pid string, hold holdSample, exact bool) error {
 	_, _, err := s.giveBackN(ctx, keys, pid, hold, exact)
 	return err
@@ -43,6 +43,17 @@ func (s *Store) giveBack(ctx context.Context, keys []string, pid string, hold ho
 func (s *Store) giveBackN(ctx context.Context, keys []string, pid string, hold holdSample, exact bool) (given, handed int, err error) {
 	if len(keys) == 0 {
 		return 0, 0, nil
+	}
+	if !exact {
+		// Which of the keys it has an entry at: one read, and nothing more to do when it has
+		// none (a waiter leaving a line it was never handed a slot of, the usual case). From
+		// here on the holder is released, so no hand-over names it and it gains no entry
+		// (a write of its own delivered late is the repair's, as after any release).
+		has, err := s.bookedBy(ctx, keys, pid)
+		if err != nil || len(has) == 0 {
+			return 0, 0, err
+		}
+		keys, exact = has, true
 	}
 	var hot, cold []string
 	for _, k := range keys {
@@ -129,12 +140,12 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 	defer func() { s.granted(grants, origins) }()
 	// The fences are taken while the releaser still has the slots; a hand-over that
 	// completes a waiter's acquisition records the next one, another leaves a gap.
-	fence, err := s.takeFences(ctx, resource, len(rest), hold)
+	fence, spare, err := s.fencesFor(ctx, resource, len(rest), hold)
 	if err != nil {
 		return nil, err // the entries stay the releaser's: its release is done again (sweep)
 	}
 	slot := slotDoc{Borrowed: len(mark) > 0}
-	for spare := len(rest); len(rest) > 0; {
+	for len(rest) > 0 {
 		if spare == 0 {
 			if fence, err = s.takeFences(ctx, resource, 1, holdSample{}); err != nil {
 				return nil, err
@@ -144,6 +155,7 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 		d, err := s.name(ctx, rest, from, fence, mark, more...)
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
+			s.forgetHandOvers(rest) // nobody lives in these lines any more
 			return rest, nil
 		case err != nil:
 			return nil, err
@@ -180,6 +192,7 @@ func (s *Store) handOverOf(ctx context.Context, resource string, keys []string, 
 		grants = append(grants, g)
 		origins = append(origins, d.Origin)
 		s.sawLined(d.GrantKey)
+		s.sawHandOver(d.GrantKey)
 		rest = slices.DeleteFunc(rest, func(k string) bool { return k == d.GrantKey })
 		if err := s.fault(StepHandedOver, d.GrantKey); err != nil {
 			return nil, unavailable("handing over "+d.GrantKey, err)
@@ -247,6 +260,35 @@ func (s *Store) sawLined(key string) {
 		s.lined = map[string]time.Time{}
 	}
 	s.lined[key] = time.Now()
+}
+
+// handedHint is how long after this store handed a slot of a key over a newcomer joins the
+// key's line without trying the level (queue). A hand-over of the key that finds nobody in
+// line forgets it.
+const handedHint = 250 * time.Millisecond
+
+func (s *Store) sawHandOver(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.handedAt == nil || len(s.handedAt) >= maxLined {
+		s.handedAt = map[string]time.Time{}
+	}
+	s.handedAt[key] = time.Now()
+}
+
+func (s *Store) forgetHandOvers(keys []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		delete(s.handedAt, k)
+	}
+}
+
+func (s *Store) handedRecently(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.handedAt[key]
+	return ok && time.Since(at) < handedHint
 }
 
 func (s *Store) linedRecently(key string) bool {

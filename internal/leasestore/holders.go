@@ -73,7 +73,7 @@ func (s *Store) UpdatePayload(ctx context.Context, token string, payload map[str
 // idempotent and safe against a concurrent reap; released is false when the holder was
 // already gone.
 func (s *Store) Release(ctx context.Context, token string) (released bool, err error) {
-	_, ok, err := s.releaseHolder(ctx, bson.D{{Key: "_id", Value: token}}, nil)
+	_, ok, err := s.releaseHolderWith(ctx, bson.D{{Key: "_id", Value: token}}, nil, token)
 	return ok, err
 }
 
@@ -93,8 +93,20 @@ func (s *Store) Release(ctx context.Context, token string) (released bool, err e
 // still apply, and its slots must come back. gone is called with the holder once it is
 // released, before its give-back (the handed-over cache forgets it).
 func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(holderDoc)) (h lease.Holder, ok bool, err error) {
+	return s.releaseHolderWith(ctx, filter, gone, "")
+}
+
+// releaseHolderWith is releaseHolder of the lease token ("" when the filter names no token):
+// when this store granted it and a line waits at one of its levels, the hand-over's fence is
+// taken beside the mark (prefence.go).
+func (s *Store) releaseHolderWith(ctx context.Context, filter bson.D, gone func(holderDoc), token string) (h lease.Holder, ok bool, err error) {
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
+	var pre *preFence
+	if token != "" {
+		pre = s.fenceBeside(ctx, token)
+		defer pre.wait()
+	}
 	if !slices.ContainsFunc(filter, func(e bson.E) bool { return e.Key == "state" }) {
 		filter = append(slices.Clip(filter), notReleased)
 	}
@@ -117,7 +129,7 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(hold
 	if err := s.fault(StepHolderReleased, doc.ID); err != nil {
 		return doc.holder(), true, unavailable("releasing holder "+lease.HolderID(doc.ID), err)
 	}
-	_, err = s.giveBackAll(ctx, doc)
+	_, err = s.giveBackAll(ctx, doc, pre)
 	if err != nil {
 		return doc.holder(), true, err
 	}
@@ -133,7 +145,8 @@ func (s *Store) releaseHolder(ctx context.Context, filter bson.D, gone func(hold
 // handed to it, and, unless it was held (then its levels are exactly its entries), every
 // other counter of its funnel. A borrowed slot goes last, so that its line's waiter goes on
 // to the slots given back first.
-func (s *Store) giveBackAll(ctx context.Context, doc holderDoc) (given int, err error) {
+// pre, if not nil, is a fence taken beside the mark, for the first hand-over.
+func (s *Store) giveBackAll(ctx context.Context, doc holderDoc, pre *preFence) (given int, err error) {
 	pid := doc.PID
 	if pid == "" {
 		pid = lease.HolderID(doc.ID)
@@ -147,7 +160,9 @@ func (s *Store) giveBackAll(ctx context.Context, doc holderDoc) (given int, err 
 	if borrowed {
 		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == doc.BorrowKey })
 	}
-	given, _, err = s.giveBackN(ctx, keys, pid, holdOf(doc), exact)
+	hold := holdOf(doc)
+	hold.pre = pre
+	given, _, err = s.giveBackN(ctx, keys, pid, hold, exact)
 	if err != nil || !borrowed {
 		return given, err
 	}

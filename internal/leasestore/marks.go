@@ -3,6 +3,7 @@ package leasestore
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -32,6 +33,10 @@ const (
 	marksMaxPending = 4096
 )
 
+// markGather is how long the dropper waits after a release before it deletes, so that the
+// releases of that time share the delete.
+const markGather = 100 * time.Millisecond
+
 // offPath marks the context of a command no caller waits for (WithBackgroundObserver).
 type offPath struct{}
 
@@ -46,6 +51,12 @@ func (s *Store) startMarkDropper() {
 				s.dropMarks() // what is queued still goes, so a closing store leaves no marks
 				return
 			case <-d.kick:
+			}
+			// Let the releases of the next moments join this delete: one command for many
+			// under load, and no caller waits for it.
+			select {
+			case <-d.stop:
+			case <-time.After(markGather):
 			}
 			s.dropMarks()
 		}

@@ -153,7 +153,7 @@ func (s *Store) redoRelease(ctx context.Context, c idleCandidate) error {
 	if err := s.finishHandOvers(ctx, pid); err != nil {
 		return err
 	}
-	if _, err := s.giveBackAll(ctx, d); err != nil {
+	if _, err := s.giveBackAll(ctx, d, nil); err != nil {
 		return err
 	}
 	return s.deleteMark(ctx, d.ID)

@@ -91,6 +91,7 @@ type config struct {
 	// observeOffPath: see WithOffPathObserver.
 	observeOffPath func(command string)
 	observeReply   func(command string, docs int)
+	observeFlight  func(started bool)
 	// grantHook and publish: see events.go.
 	grantHook GrantFunc
 	publish   bool
@@ -133,11 +134,50 @@ func WithOffPathObserver(f func(command string)) Option {
 	return func(c *config) { c.observeOffPath = f }
 }
 
+// WithInFlightObserver calls f with true when a command a caller waits for is sent and with
+// false when its answer (or failure) comes back; the tests count from it the round trips of
+// an operation as its caller waits for them, two commands in flight together being one.
+func WithInFlightObserver(f func(started bool)) Option {
+	return func(c *config) { c.observeFlight = f }
+}
+
 // WithReplyObserver calls f with the name and the number of documents of every successful
 // reply (cursor batches, a findAndModify's value); used by the benchmarks to count the
 // documents an operation reads.
 func WithReplyObserver(f func(command string, docs int)) Option {
 	return func(c *config) { c.observeReply = f }
+}
+
+// commandMonitor is the driver's monitor for the observers of cfg.
+func commandMonitor(cfg config) *event.CommandMonitor {
+	mon := &event.CommandMonitor{}
+	onPath := func(ctx context.Context) bool { return ctx.Value(offPath{}) == nil }
+	observe, off, flight := cfg.observe, cfg.observeOffPath, cfg.observeFlight
+	mon.Started = func(ctx context.Context, e *event.CommandStartedEvent) {
+		f := observe
+		if !onPath(ctx) {
+			f = off
+		} else if flight != nil {
+			flight(true)
+		}
+		if f != nil {
+			f(e.CommandName)
+		}
+	}
+	mon.Succeeded = func(ctx context.Context, e *event.CommandSucceededEvent) {
+		if flight != nil && onPath(ctx) {
+			flight(false)
+		}
+		if cfg.observeReply != nil {
+			cfg.observeReply(e.CommandName, replyDocs(e.Reply))
+		}
+	}
+	mon.Failed = func(ctx context.Context, _ *event.CommandFailedEvent) {
+		if flight != nil && onPath(ctx) {
+			flight(false)
+		}
+	}
+	return mon
 }
 
 // Store keeps counters and holders in one MongoDB database.
@@ -164,11 +204,15 @@ type Store struct {
 	holds holdCache
 	// lined: when this store last saw a counter key with waiters (giveBack's hint).
 	lined map[string]time.Time
+	// handedAt: when this store last handed a slot of a counter key over (queue's hint).
+	handedAt map[string]time.Time
 	// marks deletes released holders off the callers' path (marks.go).
 	marks *markDropper
 	// handed keeps the holders this store's hand-overs completed for its own waiters, until
 	// the waiter takes its answer (wait.go).
 	handed handedHolders
+	// heldHere keeps the leases this store answered HELD until their release (prefence.go).
+	heldHere heldHere
 }
 
 // Connect opens a client for uri and uses the named database. It does not wait for the
@@ -185,25 +229,8 @@ func Connect(uri, database string, opts ...Option) (*Store, error) {
 		copts.SetMaxPoolSize(cfg.small).SetMaxConnIdleTime(smallPoolIdle).
 			SetServerMonitoringMode(options.ServerMonitoringModePoll)
 	}
-	if cfg.observe != nil || cfg.observeOffPath != nil || cfg.observeReply != nil {
-		mon := &event.CommandMonitor{}
-		if observe, off := cfg.observe, cfg.observeOffPath; observe != nil || off != nil {
-			mon.Started = func(ctx context.Context, e *event.CommandStartedEvent) {
-				f := observe
-				if ctx.Value(offPath{}) != nil {
-					f = off
-				}
-				if f != nil {
-					f(e.CommandName)
-				}
-			}
-		}
-		if observe := cfg.observeReply; observe != nil {
-			mon.Succeeded = func(_ context.Context, e *event.CommandSucceededEvent) {
-				observe(e.CommandName, replyDocs(e.Reply))
-			}
-		}
-		copts.SetMonitor(mon)
+	if cfg.observe != nil || cfg.observeOffPath != nil || cfg.observeReply != nil || cfg.observeFlight != nil {
+		copts.SetMonitor(commandMonitor(cfg))
 	}
 	client, err := mongo.Connect(copts)
 	if err != nil {

@@ -122,6 +122,13 @@ func (b *funnelRun) queue(ctx context.Context) (lease.Holder, error) {
 		return lease.Holder{}, s.abandon(ctx, b.doc, unavailable("queueing for "+l.key, err))
 	}
 	busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}
+	if b.prio() == 0 && b.borrow == nil && s.handedRecently(l.key) {
+		// This store handed a slot of the level over a moment ago: the level was full with a
+		// line, and a slot that comes back goes to the line. The try would find it full; the
+		// holder's first look tries it instead (room that came back with nobody to hand it
+		// to waits at most that long).
+		return lease.Holder{}, &WaitingError{Busy: busy, Token: b.doc.ID}
+	}
 	claimed, err := b.inLine(ctx, l, busy)
 	switch {
 	case err != nil || !claimed:
@@ -309,6 +316,10 @@ func (b *funnelRun) index(key string) int {
 // key a wake-up said was handed over (the entry moved): then the state is not read first (one
 // round trip less for the usual case). ErrNotWaiting: the holder is gone.
 func (s *Store) Resume(ctx context.Context, req AcquireRequest, granted string, look bool) (lease.Holder, error) {
+	return s.rememberHeld(s.resume(ctx, req, granted, look))
+}
+
+func (s *Store) resume(ctx context.Context, req AcquireRequest, granted string, look bool) (lease.Holder, error) {
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
 	}

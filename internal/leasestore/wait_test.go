@@ -556,19 +556,88 @@ func TestReleaseCostsTwoWritesUnlessSomeoneWaits(t *testing.T) {
 	assertNoDrift(t, releaser)
 }
 
+// TestReleasesShareTheHolderDelete: holders released one after the other within a moment are
+// deleted off the callers' path by one command, not one each (marks.go, markGather).
+func TestReleasesShareTheHolderDelete(t *testing.T) {
+	uri, err := mongotest.URI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mongotest.DatabaseName(t)
+	var deletes atomic.Int64
+	s := newStoreAt(t, uri, db, leasestore.WithOffPathObserver(func(cmd string) {
+		if cmd == "delete" {
+			deletes.Add(1)
+		}
+	}))
+	ctx := ctxT(t)
+	const n = 8
+	caps := []lease.LevelCap{{Level: lease.LevelGlobal, Cap: n}}
+	var tokens []string
+	for i := range n {
+		tokens = append(tokens, mustAcquire(t, s, userReq(fmt.Sprintf("u%d", i), caps)).Token)
+	}
+	for _, tok := range tokens { // one after the other, as one caller would
+		if _, err := s.Release(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holders := rawHolders(t, uri, db)
+	waitfor.Until(t, "the released holders deleted", func() bool {
+		c, err := holders.CountDocuments(ctx, bson.D{})
+		return err == nil && c == 0
+	})
+	if d := deletes.Load(); d*2 > n {
+		t.Errorf("%d holders released one after the other were deleted by %d commands, want at most %d", n, d, n/2)
+	}
+}
+
+// TestLeavingALineCostsTwoCommands: a waiter that leaves its line with nothing handed to it
+// (its deadline) costs its mark and one read of where it has entries (none), then the delete
+// off the path; one that booked a narrower level first gives that entry back as well. The
+// slots are where they were.
+func TestLeavingALineCostsTwoCommands(t *testing.T) {
+	s, cmds, counting := countingStore(t)
+	ctx := ctxT(t)
+	caps := []lease.LevelCap{{Level: lease.LevelUser, Cap: 1}, {Level: lease.LevelGlobal, Cap: 1}}
+	mustAcquire(t, s, userReq("ann", globalCap1))
+	w := queueWaiter(t, s, userReq("bob", globalCap1))
+	counting.Store(true)
+	if err := s.Withdraw(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	counting.Store(false)
+	if n := cmds.Load(); n != 2 {
+		t.Errorf("leaving a line with nothing booked took %d round trips, want 2 (mark, read)", n)
+	}
+	assertNoDrift(t, s)
+
+	// Booked at bob's user level, waiting at the global one (taken by ann's lease with
+	// caps of its own).
+	s2, cmds2, counting2 := countingStore(t)
+	mustAcquire(t, s2, userReq("ann", caps))
+	w = queueWaiter(t, s2, userReq("bob", caps))
+	counting2.Store(true)
+	if err := s2.Withdraw(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	counting2.Store(false)
+	if n := cmds2.Load(); n != 3 {
+		t.Errorf("leaving a line with a narrower level booked took %d round trips, want 3 (mark, read, removal)", n)
+	}
+	if _, err := s2.Acquire(ctx, userReq("bob", []lease.LevelCap{{Level: lease.LevelUser, Cap: 1}})); err != nil {
+		t.Errorf("bob's user level after he left the line: %v", err)
+	}
+	assertNoDrift(t, s2)
+}
+
 // TestNewcomerJoinsALineInTwoWrites: while this store sees a line at the level, a newcomer
 // that may wait is written into it at once and tries the level once: two writes, where a
 // refused increment and the write that queues would make four. It queues behind the line
 // and is served in its turn; and when the line has emptied and the level has room after
 // all, the try takes the slot.
 func TestNewcomerJoinsALineInTwoWrites(t *testing.T) {
-	var cmds atomic.Int64
-	var counting atomic.Bool
-	s := newStore(t, leasestore.WithCommandObserver(func(string) {
-		if counting.Load() {
-			cmds.Add(1)
-		}
-	}))
+	s, cmds, counting := countingStore(t)
 	ctx := ctxT(t)
 	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
 	a := mustAcquire(t, s, userReq("ann", globalCap1))
@@ -608,6 +677,39 @@ func TestNewcomerJoinsALineInTwoWrites(t *testing.T) {
 	h, err := s.Acquire(ctx, r)
 	if err != nil || h.State != lease.StateHeld {
 		t.Fatalf("a newcomer at a level with room and an empty line: %+v, %v", h, err)
+	}
+	assertNoDrift(t, s)
+}
+
+// TestNewcomerAfterAHandOverJoinsInOneWrite: right after this store handed a slot of a level
+// over, the level is full with a line, and a newcomer's try would be refused: the newcomer's
+// holder is written into the line and nothing more (its first look tries the level). It is
+// served in its turn all the same.
+func TestNewcomerAfterAHandOverJoinsInOneWrite(t *testing.T) {
+	s, cmds, counting := countingStore(t)
+	ctx := ctxT(t)
+	k := key("gpu", lease.LevelGlobal, "acme", "p", "ann")
+	a := mustAcquire(t, s, userReq("ann", globalCap1))
+	w1 := queueWaiter(t, s, userReq("bob", globalCap1))
+	if _, err := s.Release(ctx, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	b, err := resume(t, s, userReq("bob", globalCap1), w1, k, false)
+	if err != nil || b.State != lease.StateHeld {
+		t.Fatalf("bob after the hand-over: %+v, %v", b, err)
+	}
+	counting.Store(true)
+	w2 := queueWaiter(t, s, userReq("cid", globalCap1))
+	counting.Store(false)
+	if n := cmds.Load(); n != 1 {
+		t.Errorf("a newcomer right after a hand-over took %d round trips, want 1 (its holder, in line)", n)
+	}
+	if _, err := s.Release(ctx, b.Token); err != nil {
+		t.Fatal(err)
+	}
+	c, err := resume(t, s, userReq("cid", globalCap1), w2, k, false)
+	if err != nil || c.State != lease.StateHeld {
+		t.Fatalf("cid after the release: %+v, %v", c, err)
 	}
 	assertNoDrift(t, s)
 }
@@ -656,4 +758,15 @@ func TestCountersShowTheLine(t *testing.T) {
 	if n := waiting(); n != 1 {
 		t.Errorf("after bob was handed the slot: %d waiting, want 1", n)
 	}
+}
+
+// countingStore is a store that counts the commands it sends while counting is true.
+func countingStore(t *testing.T) (s *leasestore.Store, cmds *atomic.Int64, counting *atomic.Bool) {
+	cmds, counting = new(atomic.Int64), new(atomic.Bool)
+	s = newStore(t, leasestore.WithCommandObserver(func(string) {
+		if counting.Load() {
+			cmds.Add(1)
+		}
+	}))
+	return s, cmds, counting
 }

@@ -34,6 +34,29 @@ func TestMain(m *testing.M) {
 type commands struct {
 	mu sync.Mutex
 	n  map[string]int
+	// inFlight and waves count round trips as the caller waits for them: a command sent
+	// while another is in flight adds no wave.
+	inFlight, waves int
+}
+
+func (c *commands) flight(started bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !started {
+		c.inFlight--
+		return
+	}
+	if c.inFlight == 0 {
+		c.waves++
+	}
+	c.inFlight++
+}
+
+// roundTrips is the number of waves so far.
+func (c *commands) roundTrips() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waves
 }
 
 func (c *commands) observe(cmd string) {
@@ -226,7 +249,7 @@ func newEnv(t testing.TB, defs []leaseDef, o envOpts) *env {
 			t.Fatalf("test MongoDB: %v", err)
 		}
 	}
-	opts := append([]leasestore.Option{leasestore.WithCommandObserver(e.cmds.observe)}, o.storeOpts...)
+	opts := append([]leasestore.Option{leasestore.WithCommandObserver(e.cmds.observe), leasestore.WithInFlightObserver(e.cmds.flight)}, o.storeOpts...)
 	q := waitq.New()
 	e.grantTo(q)
 	if o.grants {

@@ -226,11 +226,10 @@ func (c *lookCounter) Resume(ctx context.Context, req leasestore.AcquireRequest,
 // While the level stays full, each safety look costs two writes (the waiter's renewal and
 // one try of the level); the sweep and the repair of the level only read, at most once per
 // sweep interval. A release hands the slot to the waiter, which is answered at once, not at
-// its next look: the contended grant is four round trips, the release's mark, the fence of
-// the grant (docs/fencing.md), naming the waiter, which completes its acquisition at its last
-// level, and moving the releaser's entry to it (docs/waiting.md, "Cost"); the waiter, woken in
-// this process, answers without a store call (issue 41's target was three: the move is the
-// one write the former model did not make).
+// its next look: the contended grant is four commands in three round trips, the release's
+// mark and, beside it, the fence of the grant (docs/fencing.md), then naming the waiter, which
+// completes its acquisition at its last level, and moving the releaser's entry to it
+// (docs/waiting.md, "Cost"); the waiter, woken in this process, answers without a store call.
 func TestWaitingCosts(t *testing.T) {
 	e := newEnv(t, []leaseDef{{name: "tex", global: 1, ttlSeconds: 3600, waitMs: 60000}}, envOpts{grants: true})
 	lc := &lookCounter{Store: e.store, cmds: e.cmds, looked: make(chan struct{}, 1)}
@@ -265,6 +264,7 @@ func TestWaitingCosts(t *testing.T) {
 	// Right after a look: the next one is at least 150 ms away, and the sweep is not due.
 	waitfor.Receive(t, lc.looked, "a safety look")
 	reads0, writes0 := e.cmds.counts()
+	waves0 := e.cmds.roundTrips()
 	if out, err := e.svc.Release(ctxT(t), held.Token); err != nil || out != leasing.ReleaseOK {
 		t.Fatalf("release: %q %v", out, err)
 	}
@@ -273,8 +273,11 @@ func TestWaitingCosts(t *testing.T) {
 		t.Fatalf("acquire after the slot was handed over: %v", r.err)
 	}
 	reads1, writes1 := e.cmds.counts()
-	if rt := reads1 - reads0 + writes1 - writes0; rt != 4 {
-		t.Errorf("release and hand-over took %d round trips (%d reads, %d writes), want 4", rt, reads1-reads0, writes1-writes0)
+	if n := reads1 - reads0 + writes1 - writes0; n != 4 {
+		t.Errorf("release and hand-over sent %d commands (%d reads, %d writes), want 4", n, reads1-reads0, writes1-writes0)
+	}
+	if rt := e.cmds.roundTrips() - waves0; rt != 3 {
+		t.Errorf("release and hand-over took %d round trips, want 3 (the fence beside the mark)", rt)
 	}
 	if r.l.Fence <= held.Fence {
 		t.Errorf("the waiter's fence %d, its predecessor's %d: want it higher", r.l.Fence, held.Fence)
