@@ -63,9 +63,6 @@ func holdOf(d holderDoc) holdSample {
 	return holdSample{ms: max(time.Since(d.AcquiredAt).Milliseconds(), 1), slot: d.Fence % holdSlots}
 }
 
-// takeFences reserves n consecutive fences of resource in one round trip and returns the
-// first, recording hold in the same write. Numbers reserved and never recorded (a crash, a
-// hand-over that found nobody) are gaps, which the order allows.
 // fencesFor returns the first of the fences a hand-over of n slots of resource starts with
 // and how many it has: the one taken beside the mark if there is one, else n taken now.
 func (s *Store) fencesFor(ctx context.Context, resource string, n int, hold holdSample) (first int64, got int, err error) {
@@ -79,6 +76,9 @@ func (s *Store) fencesFor(ctx context.Context, resource string, n int, hold hold
 	return f, n, err
 }
 
+// takeFences reserves n consecutive fences of resource in one round trip and returns the
+// first, recording hold in the same write. Numbers reserved and never recorded (a crash, a
+// hand-over that found nobody) are gaps, which the order allows.
 func (s *Store) takeFences(ctx context.Context, resource string, n int, hold holdSample) (int64, error) {
 	update := bson.D{{Key: "$inc", Value: bson.D{{Key: "fence", Value: int64(n)}}}}
 	if hold.ms > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -253,47 +254,45 @@ var lineOrder = bson.D{{Key: "priority", Value: -1}, {Key: "queuedAt", Value: 1}
 // linedHint is how long this store hands a key over first after it saw the key lined.
 const linedHint = time.Second
 
-func (s *Store) sawLined(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lined == nil || len(s.lined) >= maxLined {
-		s.lined = map[string]time.Time{}
-	}
-	s.lined[key] = time.Now()
-}
-
 // handedHint is how long after this store handed a slot of a key over a newcomer joins the
 // key's line without trying the level (queue). A hand-over of the key that finds nobody in
 // line forgets it.
 const handedHint = 250 * time.Millisecond
 
-func (s *Store) sawHandOver(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.handedAt == nil || len(s.handedAt) >= maxLined {
-		s.handedAt = map[string]time.Time{}
-	}
-	s.handedAt[key] = time.Now()
+func (s *Store) sawLined(key string)            { s.lined.saw(key) }
+func (s *Store) linedRecently(key string) bool  { return s.lined.within(key, linedHint) }
+func (s *Store) sawHandOver(key string)         { s.handedAt.saw(key) }
+func (s *Store) forgetHandOvers(keys []string)  { s.handedAt.forget(keys) }
+func (s *Store) handedRecently(key string) bool { return s.handedAt.within(key, handedHint) }
+
+// recentKeys remembers when this store last saw something of a counter key: a hint of where
+// to look first, never a condition of a write. It keeps at most maxLined keys and starts over
+// when full.
+type recentKeys struct {
+	mu sync.Mutex
+	at map[string]time.Time
 }
 
-func (s *Store) forgetHandOvers(keys []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *recentKeys) saw(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil || len(r.at) >= maxLined {
+		r.at = map[string]time.Time{}
+	}
+	r.at[key] = time.Now()
+}
+
+func (r *recentKeys) within(key string, d time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[key]
+	return ok && time.Since(at) < d
+}
+
+func (r *recentKeys) forget(keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, k := range keys {
-		delete(s.handedAt, k)
+		delete(r.at, k)
 	}
-}
-
-func (s *Store) handedRecently(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.handedAt[key]
-	return ok && time.Since(at) < handedHint
-}
-
-func (s *Store) linedRecently(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.lined[key]
-	return ok && time.Since(at) < linedHint
 }

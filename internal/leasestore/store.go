@@ -198,14 +198,12 @@ type Store struct {
 	eventsReady   bool
 	eventsRetryAt time.Time
 
-	// mu guards lined.
-	mu sync.Mutex
 	// holds: the recent hold times per resource this store last wrote or read (fence.go).
 	holds holdCache
 	// lined: when this store last saw a counter key with waiters (giveBack's hint).
-	lined map[string]time.Time
+	lined recentKeys
 	// handedAt: when this store last handed a slot of a counter key over (queue's hint).
-	handedAt map[string]time.Time
+	handedAt recentKeys
 	// marks deletes released holders off the callers' path (marks.go).
 	marks *markDropper
 	// handed keeps the holders this store's hand-overs completed for its own waiters, until
