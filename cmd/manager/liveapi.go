@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 )
 
 // liveAPIFlags configure the live API (docs/live-api.md).
@@ -19,6 +21,8 @@ type liveAPIFlags struct {
 	bindAddress string
 	certDir     string
 	kubeconfig  string
+	// watchInterval: how often the change feed of the live API's watches reads the store.
+	watchInterval time.Duration
 }
 
 func (f *liveAPIFlags) bind(fs *flag.FlagSet) {
@@ -28,6 +32,9 @@ func (f *liveAPIFlags) bind(fs *flag.FlagSet) {
 		"Directory with tls.crt and tls.key of the live API; empty serves a self-signed certificate (development only).")
 	fs.StringVar(&f.kubeconfig, "live-api-kubeconfig", os.Getenv("KUBECONFIG"),
 		"Kubeconfig for the live API's delegated authentication and authorization (TokenReview, SubjectAccessReview); empty means in-cluster.")
+	fs.DurationVar(&f.watchInterval, "live-watch-interval", livefeed.DefaultInterval,
+		"How often this replica's change feed reads the lease store for the live API's watches (kubectl get -w, informers); "+
+			"every watch of the replica shares it. 0 turns watch off.")
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
@@ -57,6 +64,13 @@ func setupLiveAPI(mgr manager.Manager, f liveAPIFlags, deps liveapi.Deps) error 
 	}
 	if deps.Log.GetSink() == nil {
 		deps.Log = ctrl.Log.WithName("liveapi")
+	}
+	if f.watchInterval > 0 {
+		feed := livefeed.New(deps.Store, livefeed.Options{Interval: f.watchInterval, Log: ctrl.Log.WithName("livefeed")})
+		deps.Feed = feed
+		if err := mgr.Add(everyReplica(feed.Run)); err != nil {
+			return err
+		}
 	}
 	srv, err := liveapi.New(opts, deps)
 	if err != nil {

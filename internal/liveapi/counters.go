@@ -17,6 +17,7 @@ import (
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 )
 
 var countersResource = livev1alpha1.Resource(livev1alpha1.ResourceCounters)
@@ -64,6 +65,13 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 	if err != nil {
 		return nil, storeError(s.deps.Log, "listing counters", err)
 	}
+	seen(s.deps, nil, nil, cs)
+	return s.render(ctx, sc, cs), nil
+}
+
+// render turns counters into the objects the scope shows, in each of their namespaces it
+// shows, with their caps.
+func (s *counterStorage) render(ctx context.Context, sc scope, cs []lease.Counter) []livev1alpha1.LeaseCounter {
 	type shown struct {
 		c   lease.Counter
 		nss []string
@@ -78,7 +86,7 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 	}
 	// Only the counters this namespace shows have their bookers resolved.
 	var res map[lease.DefinitionRef]resolution
-	if s.deps.Caps != nil {
+	if s.deps.Caps != nil && len(booked) > 0 {
 		res = resolveBookers(ctx, s.deps.Caps, booked)
 	}
 	var out []livev1alpha1.LeaseCounter
@@ -92,7 +100,7 @@ func (s *counterStorage) counters(ctx context.Context, f leasestore.CounterFilte
 			out = append(out, obj)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (s *counterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
@@ -100,66 +108,99 @@ func (s *counterStorage) Get(ctx context.Context, name string, _ *metav1.GetOpti
 	if r, l, ok := splitCounterName(name); ok {
 		f.Resource, f.Level = r, l
 	}
+	rv := listVersion(s.deps)
 	cs, err := s.counters(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	for i := range cs {
 		if cs[i].Name == name {
+			cs[i].ResourceVersion = rv
 			return &cs[i], nil
 		}
 	}
 	return nil, apierrors.NewNotFound(countersResource, name)
 }
 
-func (s *counterStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
-	lsel, fsel := labels.Everything(), fields.Everything()
-	f := leasestore.CounterFilter{}
+// counterSel is a list or watch request's selection of counters: the store filter it
+// narrows the read with, and the full selectors.
+type counterSel struct {
+	filter leasestore.CounterFilter
+	labels labels.Selector
+	fields fields.Selector
+}
+
+func (s counterSel) matches(c *livev1alpha1.LeaseCounter) bool {
+	return s.labels.Matches(labels.Set(c.Labels)) && s.fields.Matches(counterFields(c))
+}
+
+// counterSelection translates selectors. An unknown field is a 400, as Kubernetes answers.
+func counterSelection(o *metainternalversion.ListOptions) (counterSel, error) {
+	sel := counterSel{labels: labels.Everything(), fields: fields.Everything()}
 	if o != nil && o.LabelSelector != nil {
-		lsel = o.LabelSelector
-		reqs, _ := lsel.Requirements()
+		sel.labels = o.LabelSelector
+		reqs, _ := sel.labels.Requirements()
 		for _, r := range reqs {
 			v, ok := equality(r.Operator(), r.Values().List())
 			switch {
 			case ok && r.Key() == livev1alpha1.LabelResource:
-				f.Resource = v
+				sel.filter.Resource = v
 			case ok && r.Key() == livev1alpha1.LabelLevel:
-				f.Level = lease.Level(v)
+				sel.filter.Level = lease.Level(v)
 			}
 		}
 	}
 	if o != nil && o.FieldSelector != nil {
-		fsel = o.FieldSelector
-		for _, r := range fsel.Requirements() {
+		sel.fields = o.FieldSelector
+		for _, r := range sel.fields.Requirements() {
 			switch r.Field {
 			case fieldName, fieldNS:
 			case fieldCounterTenant:
 				// Narrows the store's read to the tenant's counters and holders (their
 				// tenant indexes); the namespace's tenant still wins (counters above).
 				if r.Operator == selection.Equals || r.Operator == selection.DoubleEquals {
-					f.Tenant = r.Value
+					sel.filter.Tenant = r.Value
 				}
 			default:
-				return nil, apierrors.NewBadRequest("field label not supported: " + r.Field +
+				return sel, apierrors.NewBadRequest("field label not supported: " + r.Field +
 					" (leasecounters select on metadata.name, metadata.namespace and tenant; use labels for resource and level)")
 			}
 		}
 	}
-	cs, err := s.counters(ctx, f)
+	return sel, nil
+}
+
+func (s *counterStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
+	sel, err := counterSelection(o)
 	if err != nil {
 		return nil, err
 	}
 	list := &livev1alpha1.LeaseCounterList{Items: []livev1alpha1.LeaseCounter{}}
+	list.ResourceVersion = listVersion(s.deps) // before the read: a watch from it misses nothing
+	cs, err := s.counters(ctx, sel.filter)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range cs {
-		if lsel.Matches(labels.Set(c.Labels)) && fsel.Matches(counterFields(&c)) {
+		if sel.matches(&c) {
+			c.ResourceVersion = list.ResourceVersion
 			list.Items = append(list.Items, c)
 		}
 	}
 	return list, nil
 }
 
-func (s *counterStorage) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
-	return nil, errNoWatch(livev1alpha1.ResourceCounters)
+// Watch follows the counters the request's namespace and selectors show, from the feed.
+func (s *counterStorage) Watch(ctx context.Context, o *metainternalversion.ListOptions) (watch.Interface, error) {
+	sel, err := counterSelection(o)
+	if err != nil {
+		return nil, err
+	}
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	if sc.kind == scopeTenant && sel.filter.Tenant != "" && sel.filter.Tenant != sc.tenant {
+		sc.kind = scopeNone // another tenant's counters never appear here
+	}
+	return serveWatch(ctx, s.deps, livev1alpha1.ResourceCounters, o, livefeed.KindCounter, s.showCounter(sc, sel), s.New)
 }
 
 func (s *counterStorage) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {

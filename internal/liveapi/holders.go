@@ -18,6 +18,7 @@ import (
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 )
 
 var holdersResource = livev1alpha1.Resource(livev1alpha1.ResourceHolders)
@@ -77,6 +78,7 @@ func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 		// Not an ID (a token, say): no holder has this name, and the store is not asked.
 		return nil, notFound(holdersResource, name)
 	}
+	rv := listVersion(s.deps)
 	h, err := s.deps.Store.GetHolderByID(ctx, name)
 	switch {
 	case errors.Is(err, lease.ErrLost):
@@ -84,11 +86,13 @@ func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 	case err != nil:
 		return nil, storeError(s.deps.Log, "reading holder "+name, err)
 	}
+	seen(s.deps, []lease.Holder{h}, nil, nil)
 	nss := sc.in(s.views.namespacesOfTenant(h.Tenant))
 	if len(nss) == 0 {
 		return nil, notFound(holdersResource, name)
 	}
 	obj := holderObject(h, nss[0], s.deps.Pods)
+	obj.ResourceVersion = rv
 	return &obj, nil
 }
 
@@ -99,6 +103,7 @@ func (s *holderStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
 	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
 	list := &livev1alpha1.LeaseHolderList{Items: []livev1alpha1.LeaseHolder{}}
+	list.ResourceVersion = listVersion(s.deps) // before the read: a watch from it misses nothing
 	if sc.kind == scopeNone {
 		return list, nil
 	}
@@ -132,6 +137,7 @@ func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 	if err != nil {
 		return nil, storeError(s.deps.Log, "listing holders", err)
 	}
+	seen(s.deps, holders, nil, nil)
 	for _, h := range holders {
 		for _, ns := range sc.in(s.views.namespacesOfTenant(h.Tenant)) {
 			obj := holderObject(h, ns, s.deps.Pods)
@@ -140,6 +146,7 @@ func (s *holderStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 			}
 		}
 	}
+	setVersion(list.Items, list.ResourceVersion)
 	if next != "" {
 		list.Continue = encodeContinue(next, sc.namespace)
 	}
@@ -216,20 +223,14 @@ func handOver(ctx context.Context, d Deps, holders []lease.Holder) {
 	d.Listener.Revoked(context.WithoutCancel(ctx), ReasonRevoke, holders)
 }
 
-// Watch is not served: the live view is read from the store on each request, and the store
-// offers no change feed to every replica. The answer says what to use instead.
-func (s *holderStorage) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
-	return nil, errNoWatch(livev1alpha1.ResourceHolders)
-}
-
-func errNoWatch(resource string) error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure,
-		Code:   405,
-		Reason: metav1.StatusReasonMethodNotAllowed,
-		Message: fmt.Sprintf("watch is not supported on %s: the live view reads the lease store on every request; "+
-			"poll instead (for example `watch kubectl get %s`) or use `kubectl lease list`", resource, resource),
-	}}
+// Watch follows the holders the request's namespace and selectors show, from the feed.
+func (s *holderStorage) Watch(ctx context.Context, o *metainternalversion.ListOptions) (watch.Interface, error) {
+	sel, err := holderSelection(o)
+	if err != nil {
+		return nil, err
+	}
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	return serveWatch(ctx, s.deps, livev1alpha1.ResourceHolders, o, livefeed.KindHolder, s.showHolder(sc, sel), s.New)
 }
 
 func (s *holderStorage) ConvertToTable(ctx context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {

@@ -20,12 +20,19 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 	"github.com/vancetope/lease-operator/internal/liveness"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/revocation"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/livetest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+)
+
+// The feed reads often and bookmarks come soon, so that watches answer within a test's patience.
+const (
+	feedInterval     = 50 * time.Millisecond
+	bookmarkInterval = 200 * time.Millisecond
 )
 
 // The suite's world: one control plane with aggregation, one live API server on one store,
@@ -40,12 +47,16 @@ const (
 var (
 	// storeCommands counts the store's round trips (benchmarks).
 	storeCommands atomic.Int64
+	// feedCommands counts the change feed's round trips (benchmarks).
+	feedCommands atomic.Int64
 	// storeDocs counts the documents the store's replies carried (tests of what a list reads).
 	storeDocs atomic.Int64
 	env       *livetest.Env
 	store     *leasestore.Store
 	reaps     *metrics.Metrics
 	handled   = &handledTokens{seen: map[string]bool{}}
+	// feed is the live API's change feed, reading the store every feedInterval.
+	feed *livefeed.Feed
 	// self is the manager's pod: holders of this pod are revoked here, so the registered
 	// handler runs in the test process.
 	self = lease.PodRef{Namespace: systemNS, Name: "manager-0", UID: "uid-manager-0"}
@@ -93,7 +104,8 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("test MongoDB: %w", err)
 	}
-	store, err = leasestore.Connect(uri, fmt.Sprintf("liveapi-%d", time.Now().UnixNano()),
+	database := fmt.Sprintf("liveapi-%d", time.Now().UnixNano())
+	store, err = leasestore.Connect(uri, database,
 		leasestore.WithCommandObserver(func(string) { storeCommands.Add(1) }),
 		leasestore.WithReplyObserver(func(_ string, n int) { storeDocs.Add(int64(n)) }))
 	if err != nil {
@@ -121,14 +133,26 @@ func run(m *testing.M) (int, error) {
 	if err := setupDefinitions(); err != nil {
 		return 1, err
 	}
+	// The feed reads through a client of its own, as the manager's does through the same
+	// store: the tests that count a list's store commands count the list's only.
+	feedStore, err := leasestore.Connect(uri, database,
+		leasestore.WithCommandObserver(func(string) { feedCommands.Add(1) }))
+	if err != nil {
+		return 1, err
+	}
+	defer func() { _ = feedStore.Close(context.Background()) }()
+	feed = livefeed.New(feedStore, livefeed.Options{Interval: feedInterval})
+	go func() { _ = feed.Run(ctx) }()
 	env, err = livetest.Start(ctx, liveapi.Deps{
-		Store:    store,
-		Caps:     countedCaps{resolver},
-		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
-		Listener: disp,
-		Reviewer: svc,
-		Pods:     selfOnly{},
-		Metrics:  reaps,
+		Feed:             feed,
+		BookmarkInterval: bookmarkInterval,
+		Store:            store,
+		Caps:             countedCaps{resolver},
+		Tenants:          tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex", nsBench: "bench"}},
+		Listener:         disp,
+		Reviewer:         svc,
+		Pods:             selfOnly{},
+		Metrics:          reaps,
 	}, nsAcme, nsGlobex, nsBench)
 	if err != nil {
 		return 1, err

@@ -112,6 +112,11 @@ type Deps struct {
 	Reviewer Reviewer
 	// Pods reports pod liveness for the ALIVE column (nil: unknown).
 	Pods PodStatus
+	// Feed is this replica's change feed, which watches read (nil: watch is not served).
+	Feed Feed
+	// BookmarkInterval is how often a watch that allows bookmarks gets one (0:
+	// DefaultBookmarkInterval).
+	BookmarkInterval time.Duration
 	// Clock for ages and idle times (nil: the real clock).
 	Clock clock.PassiveClock
 	// Log for the audit lines of revocations (zero: discard).

@@ -80,6 +80,7 @@ func waiterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 		items = []livev1alpha1.LeaseWaiter{*o}
 	case *livev1alpha1.LeaseWaiterList:
 		items = o.Items
+		t.ResourceVersion = o.ResourceVersion // kubectl get -w watches from it
 	default:
 		return nil, fmt.Errorf("cannot print %T as leasewaiters", obj)
 	}
@@ -107,6 +108,7 @@ func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 	case *livev1alpha1.LeaseHolderList:
 		items = o.Items
 		t.Continue = o.Continue
+		t.ResourceVersion = o.ResourceVersion // kubectl get -w watches from it
 	default:
 		return nil, fmt.Errorf("cannot print %T as leaseholders", obj)
 	}
@@ -138,6 +140,7 @@ func counterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 		items = []livev1alpha1.LeaseCounter{*o}
 	case *livev1alpha1.LeaseCounterList:
 		items = o.Items
+		t.ResourceVersion = o.ResourceVersion // kubectl get -w watches from it
 	default:
 		return nil, fmt.Errorf("cannot print %T as leasecounters", obj)
 	}

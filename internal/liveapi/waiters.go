@@ -16,6 +16,7 @@ import (
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 )
 
 var waitersResource = livev1alpha1.Resource(livev1alpha1.ResourceWaiters)
@@ -71,10 +72,11 @@ func (s *waiterStorage) waiters(ctx context.Context, sel listSelection) ([]livev
 	if err != nil {
 		return nil, storeError(s.deps.Log, "listing waiters", err)
 	}
+	seen(s.deps, nil, ws, nil)
 	for _, w := range ws {
 		for _, ns := range sc.in(s.views.namespacesOfTenant(w.Holder.Tenant)) {
 			obj := waiterObject(w, ns)
-			if sel.labels.Matches(labels.Set(obj.Labels)) && sel.fields.Matches(waiterFields(&obj)) {
+			if sel.matchesWaiter(&obj) {
 				out = append(out, obj)
 			}
 		}
@@ -88,6 +90,7 @@ func (s *waiterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 	if !lease.ValidHolderID(name) {
 		return nil, notFound(waitersResource, name)
 	}
+	rv := listVersion(s.deps)
 	sel := listSelection{labels: labels.Everything(), fields: fields.Everything()}
 	sel.filter.ID = name
 	ws, err := s.waiters(ctx, sel)
@@ -97,6 +100,7 @@ func (s *waiterStorage) Get(ctx context.Context, name string, _ *metav1.GetOptio
 	if len(ws) == 0 {
 		return nil, notFound(waitersResource, name)
 	}
+	ws[0].ResourceVersion = rv
 	return &ws[0], nil
 }
 
@@ -106,15 +110,28 @@ func (s *waiterStorage) List(ctx context.Context, o *metainternalversion.ListOpt
 	if err != nil {
 		return nil, err
 	}
+	rv := listVersion(s.deps) // before the read: a watch from it misses nothing
 	ws, err := s.waiters(ctx, sel)
 	if err != nil {
 		return nil, err
 	}
-	return &livev1alpha1.LeaseWaiterList{Items: ws}, nil
+	setVersion(ws, rv)
+	return &livev1alpha1.LeaseWaiterList{ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: ws}, nil
 }
 
-func (s *waiterStorage) Watch(context.Context, *metainternalversion.ListOptions) (watch.Interface, error) {
-	return nil, errNoWatch(livev1alpha1.ResourceWaiters)
+// Watch follows the waiters the request's namespace and selectors show, from the feed.
+func (s *waiterStorage) Watch(ctx context.Context, o *metainternalversion.ListOptions) (watch.Interface, error) {
+	sel, err := holderSelection(o)
+	if err != nil {
+		return nil, err
+	}
+	sc := s.views.scopeOf(genericapirequest.NamespaceValue(ctx))
+	return serveWatch(ctx, s.deps, livev1alpha1.ResourceWaiters, o, livefeed.KindWaiter, s.showWaiter(sc, sel), s.New)
+}
+
+// matchesWaiter: the waiter passes the selectors (those of leaseholders).
+func (s listSelection) matchesWaiter(w *livev1alpha1.LeaseWaiter) bool {
+	return s.labels.Matches(labels.Set(w.Labels)) && s.fields.Matches(waiterFields(w))
 }
 
 func (s *waiterStorage) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
