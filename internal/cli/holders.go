@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -29,9 +30,10 @@ func toHolderJSON(h lease.Holder) holderJSON {
 
 func newListCommand(o *options) *cobra.Command {
 	var (
-		f     leasestore.HolderFilter
-		force bool
-		out   outputFlag
+		f        leasestore.HolderFilter
+		force    bool
+		watching bool
+		out      outputFlag
 	)
 	c := &cobra.Command{
 		Use:   "list",
@@ -44,6 +46,7 @@ FENCE is the grant's fencing token (docs/fencing.md). AGE is the time since the 
 IDLE the time since the last check (or payload update); a holder idle longer than its TTL is
 reaped by the next sweep.`,
 		Example: `  kubectl lease list
+  kubectl lease list -w -n acme
   kubectl lease list --tenant acme --resource tex2pdf
   kubectl lease list --pod apps/brain-7d9f-x2 -o json`,
 		Args: cobra.NoArgs,
@@ -55,6 +58,12 @@ reaped by the next sweep.`,
 				if _, _, err := splitPod(f.Pod); err != nil {
 					return fmt.Errorf("--pod: %w", err)
 				}
+			}
+			if watching {
+				if force {
+					return &usageError{command: cmd.CommandPath(), err: errors.New("--watch follows the live API; it cannot read MongoDB directly (--force)")}
+				}
+				return watchHolders(cmd.Context(), o, f, out)
 			}
 			ctx, r, done, err := o.openReader(cmd.Context(), force)
 			if err != nil {
@@ -89,6 +98,7 @@ reaped by the next sweep.`,
 	c.Flags().StringVar(&f.Type, "type", "", "only holders of this handler type (tex, mcp, notify, ...)")
 	c.Flags().StringVar(&f.Pod, "pod", "", "only holders of this pod, NAMESPACE/NAME (any UID)")
 	c.Flags().BoolVar(&force, "force", false, "read MongoDB directly (--mongodb-uri), without the live API")
+	c.Flags().BoolVarP(&watching, "watch", "w", false, "after the list, print every change as it happens (ADDED, MODIFIED, DELETED) until interrupted; --timeout bounds the list only")
 	out.bind(c)
 	return c
 }
@@ -112,14 +122,19 @@ func describeHolderFilter(f leasestore.HolderFilter) string {
 func renderHolders(w io.Writer, now time.Time, holders []lease.Holder) error {
 	t := newTable(w, "ID", "TYPE", "RESOURCE", "TENANT", "PROJECT", "USER", "POD", "STATE", "FENCE", "AGE", "IDLE", "TTL")
 	for _, h := range holders {
-		state := stateOf(now, h)
-		if h.Borrowed { // docs/borrowing.md
-			state += ",BORROWED"
-		}
-		t.row(h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
-			age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL))
+		t.row(holderCells(now, h)...)
 	}
 	return t.flush()
+}
+
+// holderCells are a holder's cells in the table's columns.
+func holderCells(now time.Time, h lease.Holder) []string {
+	state := stateOf(now, h)
+	if h.Borrowed { // docs/borrowing.md
+		state += ",BORROWED"
+	}
+	return []string{h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
+		age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL)}
 }
 
 // fenceOf is the holder's fence, "-" before its grant.

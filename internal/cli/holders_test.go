@@ -1,16 +1,21 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/vancetope/lease-operator/internal/cli"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
 // seeded holds three holders: acme/ann on pod-a (tex2pdf, tex), acme on pod-a's recreated
@@ -261,4 +266,91 @@ func TestOutputEscapesWhatTenantsWrote(t *testing.T) {
 	if got.User != req.User || got.HolderRef != req.HolderRef || got.Payload["title\x1b]0;pwned\x07"] != req.Payload["title\x1b]0;pwned\x07"] {
 		t.Errorf("show -o json decodes to user %q, holderRef %q, payload %q", got.User, got.HolderRef, got.Payload)
 	}
+}
+
+// syncBuffer is an output the test reads while the command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestListWatchPrintsChanges: `list -w` prints the list, then each grant and release as a row
+// after its event, until interrupted; -o json prints one object per change.
+func TestListWatchPrintsChanges(t *testing.T) {
+	m := newManager(t, newStore(t).Store)
+	s := liveStore.get().(*leasestore.Store)
+	first := mustAcquire(t, s, request("tex2pdf", "acme", "ann", podA, caps(5, 5, 5, 5)))
+	for _, format := range []string{"table", "json"} {
+		t.Run(format, func(t *testing.T) {
+			var out, errOut syncBuffer
+			ctx, cancel := context.WithCancel(ctxT(t))
+			done := make(chan int, 1)
+			go func() {
+				done <- cli.Run(ctx, []string{"list", "-w", "-n", "acme", "-o", format},
+					cli.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+					cli.WithEnv(func(k string) string { return m.env()[k] }))
+			}()
+			waitFor := func(what string, ok func(string) bool) {
+				t.Helper()
+				for deadline := time.Now().Add(20 * time.Second); !ok(out.String()); {
+					if time.Now().After(deadline) {
+						t.Fatalf("no %s in 20 s; stdout:\n%s\nstderr:\n%s", what, out.String(), errOut.String())
+					}
+					time.Sleep(20 * time.Millisecond) // real time: the command runs apart
+				}
+			}
+			waitFor("list", func(o string) bool { return strings.Contains(o, first.ID) })
+			h := mustAcquire(t, s, request("tex2pdf", "acme", "bob", podA, caps(5, 5, 5, 5)))
+			var row func(event string) func(string) bool
+			if format == "json" {
+				row = func(event string) func(string) bool {
+					return func(o string) bool {
+						for _, l := range strings.Split(o, "\n") {
+							var e struct {
+								Type   string
+								Holder struct{ ID string }
+							}
+							if json.Unmarshal([]byte(l), &e) == nil && e.Type == event && e.Holder.ID == h.ID {
+								return true
+							}
+						}
+						return false
+					}
+				}
+			} else {
+				row = func(event string) func(string) bool {
+					return func(o string) bool {
+						for _, l := range strings.Split(o, "\n") {
+							if f := strings.Fields(l); len(f) > 2 && f[0] == event && f[1] == h.ID && f[2] == "tex" {
+								return true
+							}
+						}
+						return false
+					}
+				}
+			}
+			waitFor("ADDED row", row("ADDED"))
+			if _, err := s.Release(ctxT(t), h.Token); err != nil {
+				t.Fatal(err)
+			}
+			waitFor("DELETED row", row("DELETED"))
+			cancel()
+			if code := <-done; code != 0 {
+				t.Errorf("list -w interrupted: exit %d, stderr:\n%s", code, errOut.String())
+			}
+		})
+	}
+	mustFail(t, m.env(), []string{"list", "-w", "--force"}, "--watch follows the live API")
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -164,9 +165,17 @@ func holderSelectors(f leasestore.HolderFilter) (labelSel, fieldSel string) {
 
 // listHolders reads every page of the holders matching f in the client's namespace.
 func (c *liveClient) listHolders(ctx context.Context, f leasestore.HolderFilter) ([]livev1alpha1.LeaseHolder, error) {
+	hs, _, err := c.listHoldersAt(ctx, f)
+	return hs, err
+}
+
+// listHoldersAt is listHolders with the resourceVersion of its first page, from which a
+// watch misses nothing the pages did not show.
+func (c *liveClient) listHoldersAt(ctx context.Context, f leasestore.HolderFilter) ([]livev1alpha1.LeaseHolder, string, error) {
 	labelSel, fieldSel := holderSelectors(f)
 	opts := metav1.ListOptions{LabelSelector: labelSel, FieldSelector: fieldSel, Limit: listPage}
 	var out []livev1alpha1.LeaseHolder
+	rv := ""
 	for {
 		var list livev1alpha1.LeaseHolderList
 		err := c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceHolders).
@@ -175,13 +184,59 @@ func (c *liveClient) listHolders(ctx context.Context, f leasestore.HolderFilter)
 			continue
 		}
 		if err != nil {
-			return nil, c.wrap("listing holders", err)
+			return nil, "", c.wrap("listing holders", err)
+		}
+		if rv == "" {
+			rv = list.ResourceVersion
 		}
 		out = append(out, list.Items...)
 		if list.Continue == "" {
-			return out, nil
+			return out, rv, nil
 		}
 		opts.Continue = list.Continue
+	}
+}
+
+// watchHolders follows the holders matching f in the client's namespace from resource version
+// rv, calling on with each change, until ctx ends, on fails, or the watch can no longer resume
+// (the error then says so: apierrors.IsResourceExpired). It returns the last version seen.
+func (c *liveClient) watchHolders(ctx context.Context, f leasestore.HolderFilter, rv string,
+	on func(watch.EventType, livev1alpha1.LeaseHolder) error) (string, error) {
+	labelSel, fieldSel := holderSelectors(f)
+	opts := metav1.ListOptions{LabelSelector: labelSel, FieldSelector: fieldSel, ResourceVersion: rv,
+		AllowWatchBookmarks: true, Watch: true}
+	w, err := c.rc.Get().Namespace(c.namespace).Resource(livev1alpha1.ResourceHolders).
+		VersionedParams(&opts, liveParams).Watch(ctx)
+	if err != nil {
+		return rv, c.wrap("watching holders", err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return rv, nil
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				return rv, nil // the server ended the watch (its timeout): resume from rv
+			}
+			switch e.Type {
+			case watch.Error:
+				return rv, c.wrap("watching holders", apierrors.FromObject(e.Object))
+			case watch.Bookmark:
+				if h, ok := e.Object.(*livev1alpha1.LeaseHolder); ok {
+					rv = h.ResourceVersion
+				}
+			case watch.Added, watch.Modified, watch.Deleted:
+				h, ok := e.Object.(*livev1alpha1.LeaseHolder)
+				if !ok {
+					return rv, fmt.Errorf("watching holders: unexpected %T", e.Object)
+				}
+				rv = h.ResourceVersion
+				if err := on(e.Type, *h); err != nil {
+					return rv, err
+				}
+			}
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 	"github.com/vancetope/lease-operator/internal/metrics"
 	"github.com/vancetope/lease-operator/internal/sweeper"
 	"github.com/vancetope/lease-operator/internal/tenancy"
@@ -56,7 +57,10 @@ func runSuite(m *testing.M) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var err error
+	feed := livefeed.New(feedSource{}, livefeed.Options{Interval: 50 * time.Millisecond})
+	go func() { _ = feed.Run(ctx) }()
 	live, err = livetest.Start(ctx, liveapi.Deps{
+		Feed:     feed,
 		Store:    liveStore,
 		Tenants:  tenancy.Static{System: systemNS, Tenants: map[string]string{"acme": "acme", "globex": "globex"}},
 		Listener: liveListener,
@@ -120,6 +124,39 @@ func (s *switchStore) RevokePod(ctx context.Context, namespace, name string) ([]
 }
 func (s *switchStore) Reconcile(ctx context.Context) (leasestore.ReconcileResult, error) {
 	return s.get().Reconcile(ctx)
+}
+
+// feedSource is the live API's feed's view of the current test's store: unavailable between
+// tests.
+type feedSource struct{}
+
+func (feedSource) store() (liveapi.Store, error) {
+	if st := liveStore.get(); st != nil {
+		return st, nil
+	}
+	return nil, lease.ErrUnavailable
+}
+
+func (f feedSource) ListHoldersPage(ctx context.Context, hf leasestore.HolderFilter, after string, limit int) ([]lease.Holder, string, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, "", err
+	}
+	return st.ListHoldersPage(ctx, hf, after, limit)
+}
+func (f feedSource) ListCounters(ctx context.Context, cf leasestore.CounterFilter) ([]lease.Counter, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, err
+	}
+	return st.ListCounters(ctx, cf)
+}
+func (f feedSource) ListWaiters(ctx context.Context, hf leasestore.HolderFilter) ([]lease.Waiter, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, err
+	}
+	return st.ListWaiters(ctx, hf)
 }
 
 type switchListener struct {
