@@ -55,8 +55,14 @@ var (
 	store     *leasestore.Store
 	reaps     *metrics.Metrics
 	handled   = &handledTokens{seen: map[string]bool{}}
-	// feed is the live API's change feed, reading the store every feedInterval.
-	feed *livefeed.Feed
+	// feed is the live API's change feed, reading the store every feedInterval, through a
+	// client of its own, feedStore.
+	feed      *livefeed.Feed
+	feedStore *leasestore.Store
+	// suiteDeps are the live API's collaborators, suiteCtx how long it runs (a restart
+	// serves them again with a new feed).
+	suiteDeps liveapi.Deps
+	suiteCtx  context.Context
 	// self is the manager's pod: holders of this pod are revoked here, so the registered
 	// handler runs in the test process.
 	self = lease.PodRef{Namespace: systemNS, Name: "manager-0", UID: "uid-manager-0"}
@@ -135,15 +141,16 @@ func run(m *testing.M) (int, error) {
 	}
 	// The feed reads through a client of its own, as the manager's does through the same
 	// store: the tests that count a list's store commands count the list's only.
-	feedStore, err := leasestore.Connect(uri, database,
+	feedStore0, err := leasestore.Connect(uri, database,
 		leasestore.WithCommandObserver(func(string) { feedCommands.Add(1) }))
 	if err != nil {
 		return 1, err
 	}
-	defer func() { _ = feedStore.Close(context.Background()) }()
-	feed = livefeed.New(feedStore, livefeed.Options{Interval: feedInterval})
+	defer func() { _ = feedStore0.Close(context.Background()) }()
+	feed = livefeed.New(feedStore0, livefeed.Options{Interval: feedInterval})
 	go func() { _ = feed.Run(ctx) }()
-	env, err = livetest.Start(ctx, liveapi.Deps{
+	suiteCtx, feedStore = ctx, feedStore0
+	suiteDeps = liveapi.Deps{
 		Feed:             feed,
 		BookmarkInterval: bookmarkInterval,
 		Store:            store,
@@ -153,7 +160,8 @@ func run(m *testing.M) (int, error) {
 		Reviewer:         svc,
 		Pods:             selfOnly{},
 		Metrics:          reaps,
-	}, nsAcme, nsGlobex, nsBench)
+	}
+	env, err = livetest.Start(ctx, suiteDeps, nsAcme, nsGlobex, nsBench)
 	if err != nil {
 		return 1, err
 	}

@@ -6,8 +6,11 @@ package livetest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -33,6 +36,9 @@ const (
 type Env struct {
 	*aggregatortest.Env
 	cs kubernetes.Interface
+	// port is the live API's; stop ends its server and waits for it (StopServing).
+	port int
+	stop func()
 }
 
 // Start starts the control plane, runs the live API over deps until ctx ends, registers it
@@ -56,11 +62,10 @@ func (e *Env) start(ctx context.Context, deps liveapi.Deps, namespaces []string)
 	if err != nil {
 		return err
 	}
-	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: e.AdminKubeconfig}, deps)
-	if err != nil {
+	e.port = port
+	if err := e.serve(ctx, l, deps); err != nil {
 		return err
 	}
-	go func() { _ = srv.Run(ctx) }()
 	if err := e.Register(ctx, livev1alpha1.GroupVersion, deps.Tenants.SystemNamespace(), port); err != nil {
 		return fmt.Errorf("registering the live API: %w", err)
 	}
@@ -74,6 +79,43 @@ func (e *Env) start(ctx context.Context, deps liveapi.Deps, namespaces []string)
 		}
 	}
 	return e.installRoles(ctx)
+}
+
+// serve runs the live API over deps on l until ctx ends or StopServing.
+func (e *Env) serve(ctx context.Context, l net.Listener, deps liveapi.Deps) error {
+	srv, err := liveapi.New(liveapi.Options{Listener: l, Kubeconfig: e.AdminKubeconfig}, deps)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Run(ctx)
+	}()
+	e.stop = func() { cancel(); <-done }
+	return nil
+}
+
+// StopServing stops the live API's server, as a manager that goes away does: its watches
+// end, and the API answers 503 until Serve.
+func (e *Env) StopServing() { e.stop() }
+
+// Serve serves deps in place of the stopped server, on the same port, until ctx ends: a
+// restarted manager.
+func (e *Env) Serve(ctx context.Context, deps liveapi.Deps) error {
+	var l net.Listener
+	var err error
+	for range 50 { // the port is free again once the old server's listener has closed
+		if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port))); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // real time: the kernel frees the port
+	}
+	if err != nil {
+		return fmt.Errorf("listening on the live API's port %d again: %w", e.port, err)
+	}
+	return e.serve(ctx, l, deps)
 }
 
 // installRoles creates the ClusterRoles of config/rbac as they ship.
