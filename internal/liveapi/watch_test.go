@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -39,8 +40,14 @@ type follower struct {
 // follow starts kubectl with args and stops it when the test ends.
 func follow(t *testing.T, kubeconfig string, args ...string) *follower {
 	t.Helper()
+	return followCommand(t, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+}
+
+// followCommand starts a command and reads its output until the test ends, which stops it.
+func followCommand(t *testing.T, name string, args ...string) *follower {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, name, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +55,7 @@ func follow(t *testing.T, kubeconfig string, args ...string) *follower {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("kubectl: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	f := &follower{t: t, lines: make(chan string, 100)}
 	go func() {
@@ -61,7 +68,7 @@ func follow(t *testing.T, kubeconfig string, args ...string) *follower {
 		cancel()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("kubectl %s: stderr:\n%s", strings.Join(args, " "), stderr.String())
+			t.Logf("%s %s: stderr:\n%s", name, strings.Join(args, " "), stderr.String())
 		}
 	})
 	return f
@@ -102,11 +109,11 @@ func (f *follower) line() string {
 	select {
 	case l, ok := <-f.lines:
 		if !ok {
-			f.t.Fatalf("kubectl ended; it printed %q", f.seen)
+			f.t.Fatalf("the command ended; it printed %q", f.seen)
 		}
 		return l
 	case <-time.After(20 * time.Second): // real time: a separate process's output
-		f.t.Fatalf("no line from kubectl in 20 s; it printed %q", f.seen)
+		f.t.Fatalf("no line from the command in 20 s; it printed %q", f.seen)
 	}
 	return ""
 }
@@ -616,4 +623,29 @@ func TestWatchersAcrossAManagerRestart(t *testing.T) {
 	names = again
 	nextName(e.ID)
 	converge("after a grant on the new manager", marker.ID, e.ID)
+}
+
+// TestTheHolderWatchExampleReactsToGrantsAndEnds: examples/holder-watch, built and run with
+// alice's kubeconfig on acme, prints a grant and the end of a lease as they happen.
+func TestTheHolderWatchExampleReactsToGrantsAndEnds(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "holder-watch")
+	build := exec.Command("go", "build", "-o", bin, "../../examples/holder-watch")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building examples/holder-watch: %v\n%s", err, out)
+	}
+	res := "kexample"
+	f := followCommand(t, bin, "-n", nsAcme, "-l", livev1alpha1.LabelResource+"="+res, "--kubeconfig", aliceFile)
+	expect := func(prefix string) {
+		t.Helper()
+		if l := f.line(); !strings.HasPrefix(l, prefix) {
+			t.Fatalf("holder-watch printed %q, want %q…", l, prefix)
+		}
+	}
+	expect("watching leaseholders in namespace acme with " + livev1alpha1.LabelResource + "=" + res)
+	h := acquire(t, "acme", res, "u1")
+	expect(fmt.Sprintf("granted acme/%s: %s for p1/u1, fence %d", h.ID, res, h.Fence))
+	if _, err := store.Release(ctxT(t), h.Token); err != nil {
+		t.Fatal(err)
+	}
+	expect(fmt.Sprintf("ended acme/%s: %s (released, revoked or reaped)", h.ID, res))
 }
