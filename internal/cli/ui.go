@@ -73,7 +73,8 @@ URL and opens nothing by itself. Stop it with Ctrl-C. See docs/tenant-view.md.`,
 
 // serveUI serves h on ln until ctx ends.
 func serveUI(ctx context.Context, o *options, ln net.Listener, h http.Handler, ns, host string) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Requests end with the command: the page's event stream does not hold the shutdown.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	p := newPrinter(o.streams.Out)
 	p.printf("Serving the lease view of namespace %s (cluster %s) at http://%s/\nPress Ctrl-C to stop.\n", ns, host, ln.Addr())
 	if err := p.done(); err != nil {

@@ -3,11 +3,14 @@ package tenantview
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -142,4 +145,73 @@ func counterFrom(o map[string]any) (Counter, error) {
 	}
 	return Counter{Resource: c.Resource, Level: c.Level, Scope: c.Scope, Count: c.Count, Booked: c.Booked, Waiting: c.Waiting,
 		Borrowed: c.Borrowed, Cap: c.Cap, CapReason: c.CapReason, CapNote: c.CapNote, UpdatedAt: c.UpdatedAt.Time}, nil
+}
+
+var _ Changes = (*KubeSource)(nil)
+
+// Changes follows the holders, waiters and counters of namespace with the live API's watches,
+// as the user: a value on the channel (of one) says something changed since the last. It
+// resumes a watch that ends (the server's timeout, a manager restart) from a fresh list, and
+// then reports a change, since one may have come meanwhile. The channel closes when ctx ends.
+func (k *KubeSource) Changes(ctx context.Context, namespace string) (<-chan struct{}, error) {
+	out := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	for _, res := range []schema.GroupVersionResource{HoldersResource, WaitersResource, CountersResource} {
+		c := k.dyn.Resource(res).Namespace(namespace)
+		// The first list answers now: a user who may not watch hears so at once.
+		list, err := c.List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		wg.Add(1)
+		go func(rv string) {
+			defer wg.Done()
+			for first := true; ctx.Err() == nil; first = false {
+				if !first {
+					list, err := c.List(ctx, metav1.ListOptions{Limit: 1})
+					if err != nil {
+						pause(ctx)
+						continue
+					}
+					rv = list.GetResourceVersion()
+					signal()
+				}
+				w, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+				if err != nil {
+					pause(ctx)
+					continue
+				}
+				for e := range w.ResultChan() {
+					if e.Type == watch.Error {
+						break
+					}
+					if e.Type != watch.Bookmark {
+						signal()
+					}
+				}
+				w.Stop()
+			}
+		}(list.GetResourceVersion())
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out, nil
+}
+
+// pause waits a second before the next try of a watch, or until ctx ends.
+func pause(ctx context.Context) {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -24,6 +24,8 @@ const (
 	PathIndex  = "/"
 	PathRevoke = "/revoke"
 	PathStatic = "/static/"
+	// PathEvents streams server-sent events: "change" when what the page shows changed.
+	PathEvents = "/events"
 )
 
 // DefaultTimeout bounds the API calls of one page.
@@ -108,6 +110,7 @@ func (s *Server) Handler(hosts ...string) http.Handler {
 	mux.HandleFunc("GET "+PathIndex+"{$}", s.index)
 	mux.HandleFunc("GET "+PathRevoke, s.confirm)
 	mux.HandleFunc("POST "+PathRevoke, s.revoke)
+	mux.HandleFunc("GET "+PathEvents, s.events)
 	static, _ := fs.Sub(staticFS, "static") // the directory is embedded above
 	mux.Handle("GET "+PathStatic, http.StripPrefix(PathStatic, http.FileServerFS(static)))
 	allowed := map[string]bool{}
@@ -127,7 +130,7 @@ func (s *Server) Handler(hosts ...string) http.Handler {
 // securityHeaders keep the pages self-contained: nothing is loaded from elsewhere, no inline
 // script runs, no other site frames them, and no page is cached.
 func securityHeaders(h http.Header) {
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "+
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; connect-src 'self'; "+
 		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	// same-origin, not no-referrer: with no-referrer Chromium sends "Origin: null" on the

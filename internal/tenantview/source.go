@@ -25,3 +25,11 @@ type Source interface {
 	// revocation itself is authorized by the API again.
 	CanRevoke(ctx context.Context, namespace string) (bool, error)
 }
+
+// Changes is what a source offers when it can follow the live API (its watches): the view then
+// updates itself (GET /events, server-sent events) instead of waiting for a reload.
+type Changes interface {
+	// Changes sends on the returned channel when the holders, waiters or counters of
+	// namespace change; it closes when ctx ends.
+	Changes(ctx context.Context, namespace string) (<-chan struct{}, error)
+}

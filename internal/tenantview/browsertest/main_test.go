@@ -16,6 +16,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/leasing"
 	"github.com/vancetope/lease-operator/internal/liveapi"
+	"github.com/vancetope/lease-operator/internal/livefeed"
 	"github.com/vancetope/lease-operator/internal/tenancy"
 	"github.com/vancetope/lease-operator/internal/testutil/livetest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
@@ -95,7 +96,10 @@ func run(m *testing.M) (int, error) {
 	admission = adm.URL
 
 	tenants := tenancy.Static{System: systemNS, Tenants: map[string]string{nsAcme: "acme", nsGlobex: "globex"}}
-	if env, err = livetest.Start(ctx, liveapi.Deps{Store: store, Tenants: tenants, Caps: resolver}, systemNS, nsAcme, nsGlobex); err != nil {
+	// The live API's change feed, which the view's live updates follow (its watches).
+	feed := livefeed.New(store, livefeed.Options{Interval: 50 * time.Millisecond})
+	go func() { _ = feed.Run(ctx) }()
+	if env, err = livetest.Start(ctx, liveapi.Deps{Store: store, Tenants: tenants, Caps: resolver, Feed: feed}, systemNS, nsAcme, nsGlobex); err != nil {
 		return 1, err
 	}
 	defer func() { _ = env.Stop() }()

@@ -474,3 +474,33 @@ func TestBorrowingAndPriorityShowInTheBrowser(t *testing.T) {
 	call(t, http.MethodDelete, "/v1/leases/"+borrower, "")
 	grantedTo(t, dan)
 }
+
+// TestTheViewUpdatesItself: with the page open (and not reloaded), a grant made outside
+// appears in the holders' table, and its release takes it away, as they happen: the page
+// follows the live API's watches through its event stream.
+func TestTheViewUpdatesItself(t *testing.T) {
+	ctx := browser.New(t, 1280, 900)
+	browser.Navigate(ctx, t, startView(t, alice, nsAcme))
+	waitPage := func(what, js string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !browser.Eval[bool](ctx, t, js); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20 s; the page shows holders %v", what, browser.Eval[[]string](ctx, t, jsHolders))
+			}
+			time.Sleep(50 * time.Millisecond) // real time: the browser runs apart
+		}
+	}
+	waitPage("the live indicator", `!document.getElementById("live").hidden && document.getElementById("autorefresh").hidden`)
+	browser.Eval[int](ctx, t, `window.sameDocument = 1`) // gone if the page reloads
+
+	token := acquire(t, "acme", "thesis", "liv")
+	id := lease.HolderID(token)
+	waitPage("the grant made outside", fmt.Sprintf(`[...document.querySelectorAll("tr.holder")].some(r => r.dataset.holder === %q)`, id))
+	if status, out := call(t, http.MethodDelete, "/v1/leases/"+token, ""); status != http.StatusOK {
+		t.Fatalf("release: %d %v", status, out)
+	}
+	waitPage("the release", fmt.Sprintf(`![...document.querySelectorAll("tr.holder")].some(r => r.dataset.holder === %q)`, id))
+	if !browser.Eval[bool](ctx, t, `window.sameDocument === 1`) {
+		t.Error("the page was reloaded; want its content updated in place")
+	}
+}
