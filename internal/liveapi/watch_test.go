@@ -398,6 +398,20 @@ func TestWatchesKeepTenantsApart(t *testing.T) {
 		defer wi.Stop()
 		watches[name] = wi
 	}
+	// Alice's own watches in acme see the waiter come and go, and the tenant counter change.
+	seeWaiters, err := client(t, alice).Resource(holders.GroupVersion().WithResource(livev1alpha1.ResourceWaiters)).Namespace(nsAcme).
+		Watch(ctxT(t), metav1.ListOptions{ResourceVersion: feed.RV()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seeWaiters.Stop()
+	seeCounters, err := client(t, alice).Resource(counters).Namespace(nsAcme).
+		Watch(ctxT(t), metav1.ListOptions{ResourceVersion: feed.RV(), FieldSelector: "metadata.name=" + res + ".tenant.acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seeCounters.Stop()
+
 	// acme takes the level and a second acquisition waits; both go.
 	caps := []lease.LevelCap{{Level: lease.LevelTenant, Cap: 1}}
 	req := func(user string) leasestore.AcquireRequest {
@@ -421,6 +435,12 @@ func TestWatchesKeepTenantsApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * feedInterval) // real time: the feed reads both, and the watches would have had them
+	if got := byObject(collect(t, seeWaiters, 2)); !cmp.Equal(got, map[string][]string{lease.HolderID(lined.Token): {"ADDED", "DELETED"}}) {
+		t.Errorf("alice's waiters watch: %v, want the waiter ADDED and DELETED", got)
+	}
+	if got := byObject(collect(t, seeCounters, 2)); len(got[res+".tenant.acme"]) < 2 || got[res+".tenant.acme"][0] != "ADDED" {
+		t.Errorf("alice's counters watch: %v, want the tenant counter ADDED and changed", got)
+	}
 	for name, w := range watches {
 		for drained := false; !drained; {
 			select {

@@ -27,6 +27,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/testutil/aggregatortest"
 	"github.com/vancetope/lease-operator/internal/testutil/kwoktest"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
@@ -164,7 +165,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	// The webhook configurations of config/webhook point at the manager's webhook server,
 	// which serves pod admission's gate (--pod-admission-webhook, below).
-	env, err = testenv.Start(assetsDir, testenv.Options{Webhooks: true})
+	// With the aggregation layer, for the live API a manager serves (watch_test.go).
+	aggregation, err := aggregatortest.FrontProxyFlags(workDir)
+	Expect(err).NotTo(HaveOccurred())
+	env, err = testenv.Start(assetsDir, testenv.Options{Webhooks: true, APIServerFlags: aggregation})
 	Expect(err).NotTo(HaveOccurred(), "starting the control plane")
 	cfg := env.Config
 	GinkgoWriter.Printf("e2e: control plane ready in %v\n", time.Since(begin).Round(time.Millisecond))

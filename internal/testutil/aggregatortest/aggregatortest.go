@@ -71,7 +71,7 @@ func StartWithWebhooks(webhookDir string, crdPaths ...string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	caFile, certFile, keyFile, err := writeFrontProxyCerts(dir)
+	flags, err := FrontProxyFlags(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -84,13 +84,9 @@ func StartWithWebhooks(webhookDir string, crdPaths ...string) (*Env, error) {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{webhookDir}, LocalServingHost: "127.0.0.1"}
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
-	args.Set("requestheader-client-ca-file", caFile)
-	args.Set("requestheader-allowed-names", frontProxyUser)
-	args.Set("requestheader-username-headers", "X-Remote-User")
-	args.Set("requestheader-group-headers", "X-Remote-Group")
-	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
-	args.Set("proxy-client-cert-file", certFile)
-	args.Set("proxy-client-key-file", keyFile)
+	for k, v := range flags {
+		args.Set(k, v)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
@@ -200,6 +196,25 @@ func WaitServed(ctx context.Context, config *rest.Config, gv schema.GroupVersion
 		_, err := dc.ServerResourcesForGroupVersion(gv.String())
 		return err == nil, nil
 	})
+}
+
+// FrontProxyFlags writes a front-proxy CA and client certificate into dir and returns the
+// kube-apiserver flags of the aggregation layer that use them (for a control plane started
+// otherwise, such as the end-to-end suite's).
+func FrontProxyFlags(dir string) (map[string]string, error) {
+	caFile, certFile, keyFile, err := writeFrontProxyCerts(dir)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{
+		"requestheader-client-ca-file":       caFile,
+		"requestheader-allowed-names":        frontProxyUser,
+		"requestheader-username-headers":     "X-Remote-User",
+		"requestheader-group-headers":        "X-Remote-Group",
+		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
+		"proxy-client-cert-file":             certFile,
+		"proxy-client-key-file":              keyFile,
+	}, nil
 }
 
 // writeFrontProxyCerts writes a CA and the aggregator's client certificate signed by it.
