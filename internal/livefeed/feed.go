@@ -110,6 +110,9 @@ type Feed struct {
 	seenSeq uint64
 }
 
+// maxSeen bounds the objects lists saw that wait for the feed's next read.
+const maxSeen = 1 << 16
+
 // seenObject is one object a list read.
 type seenObject struct {
 	seq    uint64
@@ -275,6 +278,11 @@ func (f *Feed) Seen(s State) {
 		return
 	}
 	f.seenSeq++
+	if len(f.seen) > maxSeen {
+		// The feed has not read for a long while (its reads fail): keep the newer half, and
+		// an object only the forgotten lists showed may stay in a watcher's cache.
+		f.seen = slices.Clone(f.seen[len(f.seen)/2:])
+	}
 	add := func(kind Kind, key string, known bool, obj any) {
 		if !known {
 			f.seen = append(f.seen, seenObject{seq: f.seenSeq, kind: kind, key: key, object: obj})

@@ -3,6 +3,7 @@ package livefeed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -329,5 +330,22 @@ func TestWatchWaitsForTheFirstRead(t *testing.T) {
 	}
 	if rv := w.feed.RV(); rv != "" {
 		t.Errorf("RV before the first read = %q, want empty", rv)
+	}
+}
+
+// What lists saw waits for the feed's next read; while its reads fail, it stays bounded.
+func TestWhatListsSawStaysBoundedWhileTheFeedCannotRead(t *testing.T) {
+	w := newWorld(t, Options{})
+	w.read()
+	const perList = 10000
+	for list := range 20 {
+		hs := make([]lease.Holder, perList)
+		for i := range hs {
+			hs[i] = holder(fmt.Sprintf("h-%d-%d", list, i), 1)
+		}
+		w.feed.Seen(NewState(hs, nil, nil))
+		if n := len(w.feed.seen); n > maxSeen+perList {
+			t.Fatalf("after %d lists the feed keeps %d objects they saw, want at most %d", list+1, n, maxSeen+perList)
+		}
 	}
 }
