@@ -40,9 +40,9 @@ func (f *liveAPIFlags) bind(fs *flag.FlagSet) {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // setupLiveAPI adds the live API server to mgr, on every replica (no leader election: the
-// state is in the store). deps.Tenants is the manager's namespace-to-tenant map, the same one
+// state is in the store), and its change feed over src. deps.Tenants is the manager's namespace-to-tenant map, the same one
 // the definitions resolver decides with.
-func setupLiveAPI(mgr manager.Manager, f liveAPIFlags, deps liveapi.Deps) error {
+func setupLiveAPI(mgr manager.Manager, f liveAPIFlags, src livefeed.Source, deps liveapi.Deps) error {
 	if f.bindAddress == "" {
 		return nil
 	}
@@ -66,7 +66,7 @@ func setupLiveAPI(mgr manager.Manager, f liveAPIFlags, deps liveapi.Deps) error 
 		deps.Log = ctrl.Log.WithName("liveapi")
 	}
 	if f.watchInterval > 0 {
-		feed := livefeed.New(deps.Store, livefeed.Options{Interval: f.watchInterval, Log: ctrl.Log.WithName("livefeed")})
+		feed := livefeed.New(src, livefeed.Options{Interval: f.watchInterval, Log: ctrl.Log.WithName("livefeed")})
 		deps.Feed = feed
 		if err := mgr.Add(everyReplica(feed.Run)); err != nil {
 			return err

