@@ -33,8 +33,8 @@ func (f *liveAPIFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, "live-api-kubeconfig", os.Getenv("KUBECONFIG"),
 		"Kubeconfig for the live API's delegated authentication and authorization (TokenReview, SubjectAccessReview); empty means in-cluster.")
 	fs.DurationVar(&f.watchInterval, "live-watch-interval", livefeed.DefaultInterval,
-		"How often this replica's change feed reads the lease store for the live API's watches (kubectl get -w, informers); "+
-			"every watch of the replica shares it. 0 turns watch off.")
+		"How long this replica's change feed rests between two reads of the lease store for the live API's watches (kubectl get -w, informers), "+
+			"or as long as its last read took if longer; every watch of the replica shares it. 0 turns watch off.")
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
