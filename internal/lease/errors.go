@@ -31,6 +31,9 @@ var (
 
 // BusyError is LEASE_BUSY with its diagnosis: the first level, narrow to wide, that was full.
 type BusyError struct {
+	// Lease names the part that is full, for an acquisition of several resources; "" for
+	// one of a single resource.
+	Lease    string
 	Resource string
 	Level    Level
 	Scope    string
@@ -53,6 +56,9 @@ type BusyError struct {
 func (e *BusyError) Error() string {
 	msg := fmt.Sprintf("%s: resource %s is full at level %s (scope %s): %d of %d in use",
 		ErrBusy, e.Resource, e.Level, e.Scope, e.Count, e.Cap)
+	if e.Lease != "" {
+		msg += fmt.Sprintf(" (part %s)", e.Lease)
+	}
 	if e.Waited > 0 {
 		msg += fmt.Sprintf(", waited %s", e.Waited.Round(time.Millisecond))
 	}

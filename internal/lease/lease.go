@@ -4,7 +4,10 @@
 // the dispatcher and the HTTP APIs can share it. The model is described in docs/design.md.
 package lease
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Level is one quota level of the funnel.
 type Level string
@@ -91,6 +94,45 @@ type Holder struct {
 	// ReclaimedFor names, on a holder revoked by a reclaim, the waiter the slot was taken for
 	// ("<tenant> waiter <id>"); empty otherwise.
 	ReclaimedFor string
+	// Parts are the resources of a holder that books several at once, in the order of their
+	// resources (docs/waiting.md, "Several resources at once"); nil for a holder of one.
+	// LeaseName, Resource and Fence are then those of the first part.
+	Parts []Part
+}
+
+// Part is one resource of a holder that books several.
+type Part struct {
+	LeaseName string
+	Resource  string
+	// Fence is the part's fence: it strictly increases with every grant of its resource. 0
+	// until the holder is granted.
+	Fence int64
+}
+
+// LeaseNames is the holder's lease name, or its parts' names joined by "+".
+func (h Holder) LeaseNames() string {
+	if len(h.Parts) == 0 {
+		return h.LeaseName
+	}
+	names := make([]string, len(h.Parts))
+	for i, p := range h.Parts {
+		names[i] = p.LeaseName
+	}
+	return strings.Join(names, "+")
+}
+
+// PartOf is the lease name of the part of the holder that books resource: the holder's lease
+// name for a holder of one resource, "" when no part books it.
+func (h Holder) PartOf(resource string) string {
+	if len(h.Parts) == 0 {
+		return h.LeaseName
+	}
+	for _, p := range h.Parts {
+		if p.Resource == resource {
+			return p.LeaseName
+		}
+	}
+	return ""
 }
 
 // Counter is one counter document with the number of holders that book it.

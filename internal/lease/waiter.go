@@ -15,6 +15,11 @@ type Waiter struct {
 	Level Level
 	Scope string
 	Cap   int
+	// Resource is the resource of the level it waits at, and Lease the lease name it waits
+	// there under: for an acquisition of several resources, the part it waits on (the parts
+	// before it are booked).
+	Resource string
+	Lease    string
 	// Since is when it first lined up (its place; kept from level to level).
 	Since time.Time
 	// Priority is its priority (raised to the highest past its definition's age bound);

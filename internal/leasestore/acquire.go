@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -17,6 +19,46 @@ type funnelLevel struct {
 	lease.LevelCap
 	key   string
 	scope string
+	// resource is the level's resource; lease the part's lease name in an acquisition of
+	// several resources ("" for one of a single resource).
+	resource string
+	lease    string
+}
+
+// busy is the diagnosis of l found full with count in use.
+func (l funnelLevel) busy(count int) *lease.BusyError {
+	return &lease.BusyError{Lease: l.lease, Resource: l.resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
+}
+
+// funnelOf is the funnel of an acquisition: the capped levels of its resource narrow to wide,
+// or for one of several resources (Parts) the funnels of its parts one after another, in the
+// order of their resources. Every acquisition, of one resource or several, books its slots
+// in that order, and a waiter holds only slots that come before the one it waits for: no two
+// waiters can each hold what the other waits for (docs/waiting.md, "Several resources at
+// once").
+func funnelOf(req AcquireRequest) ([]funnelLevel, error) {
+	if len(req.Parts) == 0 {
+		return funnel(req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	}
+	var out []funnelLevel
+	for _, p := range sortedParts(req.Parts) {
+		levels, err := funnel(p.Resource, p.Caps, req.Tenant, req.Project, req.User)
+		if err != nil {
+			return nil, err
+		}
+		for i := range levels {
+			levels[i].lease = p.LeaseName
+		}
+		out = append(out, levels...)
+	}
+	return out, nil
+}
+
+// sortedParts are parts in the order of their resources.
+func sortedParts(parts []Part) []Part {
+	out := slices.Clone(parts)
+	slices.SortFunc(out, func(a, b Part) int { return strings.Compare(a.Resource, b.Resource) })
+	return out
 }
 
 // funnel orders the capped levels narrow to wide and names their counters.
@@ -36,13 +78,16 @@ func funnel(resource string, caps []lease.LevelCap, tenant, project, user string
 		}
 		seen[c.Level] = true
 		scope := lease.ScopeOf(c.Level, tenant, project, user)
-		out = append(out, funnelLevel{LevelCap: c, key: lease.CounterKey(resource, c.Level, scope), scope: scope})
+		out = append(out, funnelLevel{LevelCap: c, key: lease.CounterKey(resource, c.Level, scope), scope: scope, resource: resource})
 	}
 	sort.Slice(out, func(i, j int) bool { return rank[out[i].Level] < rank[out[j].Level] })
 	return out, nil
 }
 
 func validateAcquire(req AcquireRequest) error {
+	if len(req.Parts) > 0 {
+		return validateParts(req)
+	}
 	switch {
 	case req.Resource == "":
 		return fmt.Errorf("%w: resource is empty", lease.ErrInvalid)
@@ -53,12 +98,47 @@ func validateAcquire(req AcquireRequest) error {
 	case req.Tenant == "":
 		return fmt.Errorf("%w: tenant is empty", lease.ErrInvalid)
 	}
-	for _, c := range req.Caps {
+	return validateScopes(req, req.Caps)
+}
+
+func validateScopes(req AcquireRequest, caps []lease.LevelCap) error {
+	for _, c := range caps {
 		if c.Level == lease.LevelUser && req.User == "" {
 			return fmt.Errorf("%w: the user level is capped but user is empty", lease.ErrInvalid)
 		}
 		if c.Level == lease.LevelProject && req.Project == "" {
 			return fmt.Errorf("%w: the project level is capped but project is empty", lease.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// validateParts checks an acquisition of several resources: at most MaxParts, each with a
+// resource of its own and a capped level, and no borrowing (docs/borrowing.md).
+func validateParts(req AcquireRequest) error {
+	switch {
+	case len(req.Parts) > MaxParts:
+		return fmt.Errorf("%w: %d parts, at most %d", lease.ErrInvalid, len(req.Parts), MaxParts)
+	case req.Borrow != nil:
+		return fmt.Errorf("%w: an acquisition of several resources does not borrow", lease.ErrInvalid)
+	case req.TTL <= 0:
+		return fmt.Errorf("%w: ttl must be positive", lease.ErrInvalid)
+	case req.Tenant == "":
+		return fmt.Errorf("%w: tenant is empty", lease.ErrInvalid)
+	}
+	seen := map[string]string{}
+	for _, p := range req.Parts {
+		switch {
+		case p.Resource == "":
+			return fmt.Errorf("%w: part %s: resource is empty", lease.ErrInvalid, p.LeaseName)
+		case len(p.Caps) == 0:
+			return fmt.Errorf("%w: part %s: no capped level", lease.ErrInvalid, p.LeaseName)
+		case seen[p.Resource] != "":
+			return fmt.Errorf("%w: parts %s and %s book the same resource %s", lease.ErrInvalid, seen[p.Resource], p.LeaseName, p.Resource)
+		}
+		seen[p.Resource] = p.LeaseName
+		if err := validateScopes(req, p.Caps); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -82,7 +162,7 @@ func (s *Store) acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
 	}
-	levels, err := funnel(req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	levels, err := funnelOf(req)
 	if err != nil {
 		return lease.Holder{}, err
 	}
@@ -95,7 +175,7 @@ func (s *Store) acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
 
-	f := funnelRun{store: s, doc: newHolderDoc(token, req, levels), levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow}
+	f := funnelRun{store: s, doc: newHolderDoc(token, req, levels), levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow, multi: len(req.Parts) > 0}
 	// While the first level has a line, a newcomer that may wait joins it at once: its
 	// booking would be refused (the level stays full while anyone waits), and the write that
 	// queues it would follow.
@@ -110,7 +190,7 @@ func (s *Store) acquire(ctx context.Context, req AcquireRequest) (lease.Holder, 
 		return lease.Holder{}, err
 	}
 	if err := s.fault(StepHolderCreated, token); err != nil {
-		return lease.Holder{}, s.abandon(ctx, f.doc, unavailable("acquiring "+req.Resource, err))
+		return lease.Holder{}, s.abandon(ctx, f.doc, unavailable("acquiring "+f.doc.resources(), err))
 	}
 	if queue {
 		return f.queue(ctx)
@@ -146,6 +226,13 @@ func newHolderDoc(token string, req AcquireRequest, levels []funnelLevel) holder
 	if doc.Payload == nil {
 		doc.Payload = map[string]string{}
 	}
+	if len(req.Parts) > 0 {
+		parts := sortedParts(req.Parts)
+		doc.LeaseName, doc.Resource = parts[0].LeaseName, parts[0].Resource
+		for _, p := range parts {
+			doc.Parts = append(doc.Parts, partDoc{Lease: p.LeaseName, Resource: p.Resource})
+		}
+	}
 	return doc
 }
 
@@ -160,6 +247,9 @@ type funnelRun struct {
 	priority int
 	// borrow: the acquisition may book its tenant level above the cap (borrow.go).
 	borrow *Borrow
+	// multi: the acquisition books several resources (AcquireRequest.Parts): no hand-over
+	// completes it, and it takes its fences itself once every slot is booked (complete).
+	multi bool
 }
 
 // prio is the holder's priority in a line: the request's, or the one its document carries
@@ -189,7 +279,7 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 			}
 		}
 		if booked == bookedNot {
-			busy := &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: count, Cap: l.Cap}
+			busy := l.busy(count)
 			if b.waitTTL <= 0 {
 				return lease.Holder{}, b.refuse(ctx, i, busy)
 			}
@@ -200,13 +290,51 @@ func (b *funnelRun) from(ctx context.Context, i int) (lease.Holder, error) {
 			continue
 		}
 		if err := b.store.fault(StepBooked, l.key); err != nil {
-			return lease.Holder{}, b.store.abandon(ctx, b.doc, unavailable("acquiring "+b.doc.Resource, err))
+			return lease.Holder{}, b.store.abandon(ctx, b.doc, unavailable("acquiring "+l.resource, err))
 		}
 		if err := b.record(ctx, i, booked == bookedBorrowed); err != nil {
 			return lease.Holder{}, err
 		}
 	}
+	if b.multi {
+		return b.complete(ctx)
+	}
 	b.doc.State = string(lease.StateHeld)
+	return b.doc.holder(), nil
+}
+
+// complete grants an acquisition of several resources whose every slot is booked and
+// recorded (a PENDING holder with all its levels): one fence per part, taken now that every
+// slot is the holder's, then the write that makes it HELD with them. A holder released
+// meanwhile (reaped, its pod gone) gives back what it booked, and the answer is busy.
+func (b *funnelRun) complete(ctx context.Context) (lease.Holder, error) {
+	s := b.store
+	parts := slices.Clone(b.doc.Parts)
+	for i := range parts {
+		fence, err := s.takeFences(ctx, parts[i].Resource, 1, holdSample{})
+		if err != nil {
+			return lease.Holder{}, s.abandon(ctx, b.doc, err)
+		}
+		parts[i].Fence = fence
+	}
+	if err := s.fault(StepPartsFenced, b.doc.ID); err != nil {
+		return lease.Holder{}, s.abandon(ctx, b.doc, unavailable("acquiring "+b.doc.resources(), err))
+	}
+	keys := make([]string, len(b.levels))
+	for i, l := range b.levels {
+		keys[i] = l.key
+	}
+	res, err := s.holders.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "state", Value: string(lease.StatePending)}, {Key: "levels", Value: bson.D{{Key: "$all", Value: keys}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: string(lease.StateHeld)}, {Key: "parts", Value: parts}, {Key: "fence", Value: parts[0].Fence}}}})
+	switch {
+	case err != nil:
+		return lease.Holder{}, s.abandon(ctx, b.doc, unavailable("granting "+b.doc.resources(), err))
+	case res.MatchedCount == 0:
+		last := b.levels[len(b.levels)-1]
+		return lease.Holder{}, s.abandon(ctx, b.doc, last.busy(last.Cap))
+	}
+	b.doc.State, b.doc.Parts, b.doc.Fence = string(lease.StateHeld), parts, parts[0].Fence
 	return b.doc.holder(), nil
 }
 
@@ -223,7 +351,7 @@ const (
 // (borrow.go); count is the count of a refusal.
 func (b *funnelRun) bookLevel(ctx context.Context, i int) (booking, int, error) {
 	l := b.levels[i]
-	ok, count, err := b.store.book(ctx, l, b.doc.Resource, b.doc.Tenant, b.doc.PID, l.Cap, slotDoc{})
+	ok, count, err := b.store.book(ctx, l, l.resource, b.doc.Tenant, b.doc.PID, l.Cap, slotDoc{})
 	switch {
 	case err != nil:
 		return bookedNot, 0, err
@@ -262,22 +390,23 @@ func (b *funnelRun) record(ctx context.Context, i int, borrowed bool) error {
 	if res.MatchedCount == 0 {
 		// Released under the booking (reaped, its pod gone): its give-back may have run
 		// before the entry was written, so the entry goes here, and the attempt is refused.
-		return s.abandon(ctx, b.doc, &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap})
+		return s.abandon(ctx, b.doc, l.busy(l.Cap))
 	}
 	b.doc.Levels, b.doc.Fence = append(b.doc.Levels, l.key), fence
 	if err := s.fault(StepLevelPushed, l.key); err != nil {
-		return s.abandon(ctx, b.doc, unavailable("acquiring "+b.doc.Resource, err))
+		return s.abandon(ctx, b.doc, unavailable("acquiring "+l.resource, err))
 	}
 	return nil
 }
 
 // grantOf is the state a holder takes when it records level i: PENDING before the funnel's
-// last level; at it HELD, with the fence taken now that every slot is booked (fence.go).
+// last level; at it HELD, with the fence taken now that every slot is booked (fence.go). An
+// acquisition of several resources stays PENDING: complete takes its fences and grants it.
 func (b *funnelRun) grantOf(ctx context.Context, i int) (lease.HolderState, int64, error) {
-	if i < len(b.levels)-1 {
-		return lease.StatePending, 0, nil
+	if i < len(b.levels)-1 || b.multi {
+		return lease.StatePending, 0, nil // several resources: complete grants them
 	}
-	fence, err := b.store.takeFences(ctx, b.doc.Resource, 1, holdSample{})
+	fence, err := b.store.takeFences(ctx, b.levels[i].resource, 1, holdSample{})
 	return lease.StateHeld, fence, err
 }
 
@@ -322,6 +451,9 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 		{Key: "levels", Value: doc.Levels},
 		{Key: "keys", Value: doc.Keys},
 	}
+	if len(doc.Parts) > 0 {
+		set = append(set, bson.E{Key: "parts", Value: doc.Parts})
+	}
 	dates := bson.D{{Key: "acquiredAt", Value: true}, {Key: "lastSeenAt", Value: true}}
 	if doc.WaitKey != "" { // created in a line (Acquire's queue)
 		set = append(set, bson.E{Key: "waitKey", Value: doc.WaitKey}, bson.E{Key: "waitCap", Value: doc.WaitCap}, bson.E{Key: "waitExp", Value: doc.WaitExp},
@@ -342,7 +474,7 @@ func (s *Store) createHolder(ctx context.Context, doc holderDoc) error {
 		if _, derr := s.holders.DeleteOne(ctx, bson.D{{Key: "_id", Value: doc.ID}}); derr != nil {
 			err = errors.Join(err, derr)
 		}
-		return unavailable("creating holder for "+doc.Resource, err)
+		return unavailable("creating holder for "+doc.resources(), err)
 	}
 	return nil
 }

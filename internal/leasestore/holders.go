@@ -209,7 +209,7 @@ func (s *Store) SweepIdle(ctx context.Context, resource string) (IdleSweep, erro
 	// One resource: every holder of it, so that the next expiry is the earliest of all of
 	// them. All resources: those last seen before now (in practice all as well); no next
 	// expiry is asked of that sweep.
-	filter := bson.D{{Key: "resource", Value: resource}}
+	filter := bson.D{ofResource(resource)}
 	if resource == "" {
 		filter = bson.D{{Key: "lastSeenAt", Value: bson.D{{Key: "$lt", Value: now}}}}
 	}
@@ -443,6 +443,12 @@ func (s *Store) ListHoldersPage(ctx context.Context, f HolderFilter, after strin
 	return holders, next, nil
 }
 
+// ofResource selects the holders that book resource: those of it, and those of several
+// resources with a part of it.
+func ofResource(resource string) bson.E {
+	return bson.E{Key: "$or", Value: bson.A{bson.D{{Key: "resource", Value: resource}}, bson.D{{Key: "parts.resource", Value: resource}}}}
+}
+
 // notWaiting leaves out the holders waiting in a line: they are no leases (wait.go).
 var notWaiting = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: string(lease.StateWaiting)}}}
 
@@ -451,11 +457,14 @@ var notWaiting = bson.E{Key: "state", Value: bson.D{{Key: "$ne", Value: string(l
 func holderFilter(state bson.E, f HolderFilter) bson.D {
 	filter := bson.D{state}
 	for _, e := range []struct{ key, value string }{
-		{"_id", f.Token}, {"pid", f.ID}, {"tenant", f.Tenant}, {"resource", f.Resource}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
+		{"_id", f.Token}, {"pid", f.ID}, {"tenant", f.Tenant}, {"type", f.Type}, {"project", f.Project}, {"user", f.User},
 	} {
 		if e.value != "" {
 			filter = append(filter, bson.E{Key: e.key, Value: e.value})
 		}
+	}
+	if f.Resource != "" {
+		filter = append(filter, ofResource(f.Resource))
 	}
 	if len(f.ExcludeTenants) > 0 && f.Tenant == "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: bson.D{{Key: "$nin", Value: f.ExcludeTenants}}})

@@ -177,14 +177,14 @@ type counterUse struct {
 func (s *Store) uses(ctx context.Context, f CounterFilter) (map[string]*counterUse, error) {
 	filter := bson.D{}
 	if f.Resource != "" {
-		filter = append(filter, bson.E{Key: "resource", Value: f.Resource})
+		filter = append(filter, ofResource(f.Resource))
 	}
 	if f.Tenant != "" {
 		filter = append(filter, bson.E{Key: "tenant", Value: f.Tenant})
 	}
 	projection := bson.D{{Key: "pid", Value: 1}, {Key: "levels", Value: 1}, {Key: "grantKey", Value: 1}, {Key: "state", Value: 1},
 		{Key: "waitKey", Value: 1}, {Key: "waitExp", Value: 1}, {Key: "borrowKey", Value: 1}, {Key: "borrowCap", Value: 1},
-		{Key: "leaseName", Value: 1}, {Key: "tenant", Value: 1}, {Key: "project", Value: 1}}
+		{Key: "leaseName", Value: 1}, {Key: "parts", Value: 1}, {Key: "tenant", Value: 1}, {Key: "project", Value: 1}}
 	now := time.Now()
 	out := map[string]*counterUse{}
 	use := func(k string) *counterUse {
@@ -209,7 +209,7 @@ func (s *Store) uses(ctx context.Context, f CounterFilter) (map[string]*counterU
 				if k == d.BorrowKey {
 					u.borrowCap = max(u.borrowCap, d.BorrowCap)
 				}
-				u.refs[lease.DefinitionRef{Name: d.LeaseName, Tenant: d.Tenant, Project: d.Project}] = true
+				u.refs[lease.DefinitionRef{Name: d.partOf(k), Tenant: d.Tenant, Project: d.Project}] = true
 			}
 			return nil
 		})

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,9 @@ const (
 	// StepUnborrowed: after a borrower was refused at the global level, before it gives its
 	// borrowed tenant slot back and queues at its tenant level (borrow.go).
 	StepUnborrowed Step = "unborrowed"
+	// StepPartsFenced: after an acquisition of several resources took its parts' fences,
+	// before the write that grants it (complete).
+	StepPartsFenced Step = "parts-fenced"
 	// StepCreatingEvents: before the store creates the capped events collection; an error
 	// stands for a server that refuses it (no capped collections).
 	StepCreatingEvents Step = "creating-events"
@@ -305,6 +309,8 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	defer cancel()
 	holderIdx := []mongo.IndexModel{
 		{Keys: bson.D{{Key: "resource", Value: 1}, {Key: "lastSeenAt", Value: 1}}},
+		// The holders of several resources by each of them (ofResource).
+		{Keys: bson.D{{Key: "parts.resource", Value: 1}}},
 		{Keys: bson.D{{Key: "pod.uid", Value: 1}}},
 		{Keys: bson.D{{Key: "pod.namespace", Value: 1}, {Key: "pod.name", Value: 1}}},
 		{Keys: bson.D{{Key: "tenant", Value: 1}}},
@@ -513,6 +519,41 @@ type holderDoc struct {
 	// borrowing is off.
 	BorrowKey string `bson:"borrowKey,omitempty"`
 	BorrowCap int    `bson:"borrowCap,omitempty"`
+	// Parts: the resources of a holder that books several at once, in the order of their
+	// resources, each with its fence once granted; absent for a holder of one resource.
+	// LeaseName, Resource and Fence are then the first part's.
+	Parts []partDoc `bson:"parts,omitempty"`
+}
+
+// partDoc is one resource of a holder that books several.
+type partDoc struct {
+	Lease    string `bson:"lease"`
+	Resource string `bson:"resource"`
+	Fence    int64  `bson:"fence,omitempty"`
+}
+
+// partOf is the lease name the holder booked counter key under: its lease name, or that of
+// its part of the key's resource.
+func (d holderDoc) partOf(key string) string {
+	r, _, _ := strings.Cut(key, "|")
+	for _, p := range d.Parts {
+		if p.Resource == r {
+			return p.Lease
+		}
+	}
+	return d.LeaseName
+}
+
+// resources names the holder's resources for a message: its resource, or its parts'.
+func (d holderDoc) resources() string {
+	if len(d.Parts) == 0 {
+		return d.Resource
+	}
+	names := make([]string, len(d.Parts))
+	for i, p := range d.Parts {
+		names[i] = p.Resource
+	}
+	return strings.Join(names, "+")
 }
 
 // stateReleased marks a holder whose slots are being given back (release, rollback, reap,
@@ -545,7 +586,19 @@ func (d holderDoc) holder() lease.Holder {
 		LastSeenAt: d.LastSeenAt,
 		Fence:      d.Fence,
 		Borrowed:   d.BorrowKey != "",
+		Parts:      d.parts(),
 	}
+}
+
+func (d holderDoc) parts() []lease.Part {
+	if len(d.Parts) == 0 {
+		return nil
+	}
+	out := make([]lease.Part, len(d.Parts))
+	for i, p := range d.Parts {
+		out[i] = lease.Part{LeaseName: p.Lease, Resource: p.Resource, Fence: p.Fence}
+	}
+	return out
 }
 
 // replyDocs counts the documents a reply carries: a cursor's batch, or a findAndModify's

@@ -39,7 +39,25 @@ type AcquireRequest struct {
 	// global level has room and nobody lines up there (docs/borrowing.md). It needs a tenant
 	// and a global level among Caps; nil is off, and the funnel is exactly as without it.
 	Borrow *Borrow
+	// Parts, when set, makes the acquisition one of several resources at once, all or none
+	// (docs/waiting.md, "Several resources at once"): one holder books every part's funnel,
+	// the parts in the order of their resources, and becomes HELD, with one fence per part,
+	// only once every slot is booked. LeaseName, Resource, Caps and Borrow are then unused.
+	Parts []Part
 }
+
+// Part is one resource of an acquisition of several (AcquireRequest.Parts).
+type Part struct {
+	// LeaseName is the definition the part was resolved from.
+	LeaseName string
+	// Resource is the part's counter namespace; no two parts share one.
+	Resource string
+	// Caps are the part's capped levels, as AcquireRequest.Caps.
+	Caps []lease.LevelCap
+}
+
+// MaxParts bounds the parts of one acquisition.
+const MaxParts = 8
 
 // Borrow is the borrowing an acquisition may do at its tenant level.
 type Borrow struct {

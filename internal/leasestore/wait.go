@@ -150,7 +150,7 @@ func (b *funnelRun) queue(ctx context.Context) (lease.Holder, error) {
 // count is the level's count as the try saw it, -1 when it did not get that far.
 func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count int, err error) {
 	s, pid := b.store, b.doc.PID
-	c, err := s.markLined(ctx, l, b.prio(), b.doc.Resource, b.doc.Tenant)
+	c, err := s.markLined(ctx, l, b.prio(), l.resource, b.doc.Tenant)
 	if err != nil || c == nil {
 		return false, -1, err
 	}
@@ -171,7 +171,7 @@ func (b *funnelRun) claim(ctx context.Context, l funnelLevel) (ok bool, count in
 			}
 			limit, borrowed = b.borrowLimit(i), true
 		}
-		got, n, err := s.book(ctx, l, b.doc.Resource, b.doc.Tenant, pid, limit, slotDoc{Borrowed: borrowed})
+		got, n, err := s.book(ctx, l, l.resource, b.doc.Tenant, pid, limit, slotDoc{Borrowed: borrowed})
 		switch {
 		case err != nil:
 			// Ambiguous: the entry may be there; the holder is still in line, and its next
@@ -266,7 +266,7 @@ func (b *funnelRun) leaveLine(ctx context.Context, i int, borrowed bool) error {
 // a priority above the holder's. passed is false when no such waiter stands (the hint was
 // stale): the claim goes on and keeps the slot.
 func (b *funnelRun) passUp(ctx context.Context, l funnelLevel) (passed bool, err error) {
-	rest, err := b.store.handOverOf(ctx, b.doc.Resource, []string{l.key}, b.doc.PID, holdSample{}, nil,
+	rest, err := b.store.handOverOf(ctx, l.resource, []string{l.key}, b.doc.PID, holdSample{}, nil,
 		bson.E{Key: "priority", Value: bson.D{{Key: "$gt", Value: b.prio()}}})
 	if err != nil {
 		return false, err // still in line with the entry: the next try takes it
@@ -294,9 +294,11 @@ func unsetting(update bson.D, fields ...string) bson.D {
 }
 
 // grantState is the state a waiter at key gets when a slot of key is handed to it: HELD at
-// the funnel's last level, where the hand-over completes the acquisition, else PENDING.
+// the funnel's last level, where the hand-over completes the acquisition, else PENDING. A
+// hand-over never completes an acquisition of several resources: it takes a fence per part
+// itself (complete).
 func (b *funnelRun) grantState(key string) lease.HolderState {
-	if b.index(key) == len(b.levels)-1 {
+	if b.index(key) == len(b.levels)-1 && !b.multi {
 		return lease.StateHeld
 	}
 	return lease.StatePending
@@ -323,20 +325,20 @@ func (s *Store) resume(ctx context.Context, req AcquireRequest, granted string, 
 	if err := validateAcquire(req); err != nil {
 		return lease.Holder{}, err
 	}
-	levels, err := funnel(req.Resource, req.Caps, req.Tenant, req.Project, req.User)
+	levels, err := funnelOf(req)
 	if err != nil {
 		return lease.Holder{}, err
 	}
 	ctx, cancel := s.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow}
+	b := &funnelRun{store: s, levels: levels, waitTTL: req.WaitTTL, priority: req.Priority, borrow: req.Borrow, multi: len(req.Parts) > 0}
 	renew := bson.D{{Key: "waitExp", Value: time.Now().Add(req.WaitTTL)}}
 	if req.Priority > 0 { // raised past the age bound, or as it was: its place in the line
 		renew = append(renew, bson.E{Key: "priority", Value: req.Priority})
 	}
 	if granted != "" {
 		if i := b.index(granted); i >= 0 {
-			if i == len(levels)-1 {
+			if i == len(levels)-1 && !b.multi {
 				if h, ok := s.handedHolder(req, levels, granted); ok {
 					return h, nil
 				}
@@ -355,7 +357,7 @@ func (s *Store) resume(ctx context.Context, req AcquireRequest, granted string, 
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return lease.Holder{}, ErrNotWaiting
 	case err != nil:
-		return lease.Holder{}, unavailable("renewing the wait for "+req.Resource, err)
+		return lease.Holder{}, unavailable("renewing the wait for "+levels[0].resource, err)
 	}
 	if b.doc.GrantKey != "" {
 		i := b.index(b.doc.GrantKey)
@@ -378,7 +380,7 @@ func (s *Store) resume(ctx context.Context, req AcquireRequest, granted string, 
 		return lease.Holder{}, ErrNotWaiting
 	}
 	l := b.levels[i]
-	waiting := &WaitingError{Busy: &lease.BusyError{Resource: req.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}, Token: req.Token}
+	waiting := &WaitingError{Busy: l.busy(l.Cap), Token: req.Token}
 	if !look {
 		return lease.Holder{}, waiting
 	}
@@ -391,7 +393,7 @@ func (s *Store) resume(ctx context.Context, req AcquireRequest, granted string, 
 			waiting.Busy.Count = count
 		}
 		return lease.Holder{}, waiting
-	case i == len(levels)-1:
+	case i == len(levels)-1 && !b.multi:
 		return b.doc.holder(), nil
 	}
 	return b.from(ctx, i+1)
@@ -421,7 +423,7 @@ func (b *funnelRun) verifyGrant(ctx context.Context, i int) (h lease.Holder, don
 		return h, true, err
 	}
 	if b.doc.LastSeenAt.Sub(b.doc.GrantAt) < s.cfg.opTimeout+markMargin {
-		return lease.Holder{}, true, &WaitingError{Busy: &lease.BusyError{Resource: b.doc.Resource, Level: l.Level, Scope: l.scope, Count: l.Cap, Cap: l.Cap}, Token: b.doc.ID}
+		return lease.Holder{}, true, &WaitingError{Busy: l.busy(l.Cap), Token: b.doc.ID}
 	}
 	res, err := s.holders.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: b.doc.ID}, {Key: "grantKey", Value: l.key}, {Key: "grantFrom", Value: b.doc.GrantFrom}},
@@ -446,7 +448,7 @@ func (b *funnelRun) verifyGrant(ctx context.Context, i int) (h lease.Holder, don
 // that key (the wake-up was stale).
 func (b *funnelRun) takeGrant(ctx context.Context, token string, i int) (h lease.Holder, done bool, err error) {
 	s, l := b.store, b.levels[i]
-	if i == len(b.levels)-1 {
+	if i == len(b.levels)-1 && !b.multi {
 		// The hand-over of a last level made the holder HELD: nothing is left to write.
 		var d holderDoc
 		err := s.holders.FindOne(ctx, bson.D{{Key: "_id", Value: token}, {Key: "grantKey", Value: l.key}, {Key: "state", Value: string(lease.StateHeld)}}).Decode(&d)

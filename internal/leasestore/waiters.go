@@ -54,8 +54,8 @@ func (s *Store) ListWaiters(ctx context.Context, f HolderFilter) ([]lease.Waiter
 	ahead := positions(lines, now)
 	var resources []string
 	for _, d := range docs {
-		if !slices.Contains(resources, d.Resource) {
-			resources = append(resources, d.Resource)
+		if r := d.waitResource(); !slices.Contains(resources, r) {
+			resources = append(resources, r)
 		}
 	}
 	holds, err := s.readHolds(ctx, resources)
@@ -66,7 +66,7 @@ func (s *Store) ListWaiters(ctx context.Context, f HolderFilter) ([]lease.Waiter
 	for _, d := range docs {
 		w := waiterOf(d, now)
 		w.Position = ahead[d.ID]
-		w.EstimatedWait = lease.EstimateWait(w.Position, w.Cap, holds[d.Resource])
+		w.EstimatedWait = lease.EstimateWait(w.Position, w.Cap, holds[w.Resource])
 		out = append(out, w)
 	}
 	slices.SortStableFunc(out, func(a, b lease.Waiter) int {
@@ -134,8 +134,17 @@ func waiterOf(d holderDoc, now time.Time) lease.Waiter {
 	h := d.holder()
 	h.Token = ""
 	w := lease.Waiter{Holder: h, Key: d.WaitKey, Cap: d.WaitCap, Since: d.QueuedAt, Priority: d.Priority, Lapsed: !d.WaitExp.After(now)}
-	if _, l, sc, ok := lease.SplitCounterKey(d.WaitKey); ok {
-		w.Level, w.Scope = l, sc
+	w.Resource, w.Lease = d.Resource, d.LeaseName
+	if r, l, sc, ok := lease.SplitCounterKey(d.WaitKey); ok {
+		w.Level, w.Scope, w.Resource, w.Lease = l, sc, r, d.partOf(d.WaitKey)
 	}
 	return w
+}
+
+// waitResource is the resource of the level a waiting holder waits at.
+func (d holderDoc) waitResource() string {
+	if r, _, _, ok := lease.SplitCounterKey(d.WaitKey); ok {
+		return r
+	}
+	return d.Resource
 }

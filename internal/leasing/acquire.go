@@ -3,6 +3,7 @@ package leasing
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -15,45 +16,47 @@ import (
 
 // Acquire obtains a lease (docs/design.md). It validates the request, resolves the
 // definition (NOOP without store traffic when no lease or no cap applies), and waits for a
-// slot at most min(definition wait, req.Wait, ctx deadline). Errors: *lease.InvalidError,
-// *lease.BusyError, *lease.UnavailableError.
+// slot at most min(definition wait, req.Wait, ctx deadline). A request that names several
+// leases (Leases) is granted all of them or none (docs/waiting.md, "Several resources at
+// once"). Errors: *lease.InvalidError, *lease.BusyError, *lease.UnavailableError.
 func (s *Service) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err := s.validate(req); err != nil {
 		return Lease{}, err
 	}
-	def, err := s.resolve(ctx, req)
+	defs, err := s.resolveAll(ctx, req)
 	if err != nil {
 		if errors.Is(err, lease.ErrUnavailable) {
-			s.metrics.Acquire.WithLabelValues(s.labels.of(req.Lease), metrics.AcquireUnavailable).Inc()
+			s.metrics.Acquire.WithLabelValues(s.labels.of(req.labelName()), metrics.AcquireUnavailable).Inc()
 		}
 		return Lease{}, err
 	}
 	start := s.clk.Now()
 	for {
-		l, next, err := s.acquireAs(ctx, req, def, start)
+		l, next, err := s.acquireAs(ctx, req, defs, start)
 		if next == nil {
 			return l, err
 		}
 		// The definition changed while the acquisition waited (a cap raised, say): start
 		// over under the new one, keeping the time already waited (docs/waiting.md,
 		// "Definition changes").
-		def = *next
+		defs = next
 	}
 }
 
-// acquireAs acquires under the resolved definition def, waiting from start. It returns the new definition instead of an
-// answer when def changed while the acquisition waited.
-func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Definition, start time.Time) (Lease, *definition.Definition, error) {
-	p, err := planOf(def, req)
+// acquireAs acquires under the resolved definitions defs (one, or one per lease of
+// req.Leases), waiting from start. It returns the new definitions instead of an answer when
+// one changed while the acquisition waited.
+func (s *Service) acquireAs(ctx context.Context, req Request, defs []definition.Definition, start time.Time) (Lease, []definition.Definition, error) {
+	p, err := planAll(defs, req)
 	if err != nil {
 		return Lease{}, nil, err
 	}
-	if p.noop {
-		s.metrics.Acquire.WithLabelValues(s.labels.of(def.Resource), metrics.AcquireNoop).Inc()
-		return p.lease(def), nil, nil
+	if p.noop() {
+		s.metrics.Acquire.WithLabelValues(s.labels.of(p.resource()), metrics.AcquireNoop).Inc()
+		return p.lease(), nil, nil
 	}
-
-	wait := def.Wait
+	first := p.parts[0].def
+	wait := p.wait()
 	if req.Wait != nil && *req.Wait < wait {
 		wait = *req.Wait
 	}
@@ -61,9 +64,6 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		wait = *req.WaitFor
 	}
 	sreq := leasestore.AcquireRequest{
-		LeaseName: def.Name,
-		Resource:  def.Resource,
-		Caps:      p.caps,
 		Tenant:    req.Tenant,
 		Project:   req.Project,
 		User:      req.User,
@@ -72,26 +72,35 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		Pod:       req.Pod,
 		PodBound:  req.PodBound,
 		Payload:   req.Payload,
-		TTL:       def.TTL,
+		TTL:       p.ttl(),
 		Priority:  req.Priority,
 	}
-	if def.Borrows() {
-		sreq.Borrow = &leasestore.Borrow{MaxBorrowed: def.Borrowing.MaxBorrowed}
+	age := aging{bound: p.ageBound(), since: start}
+	if p.several {
+		for _, pt := range p.parts {
+			sreq.Parts = append(sreq.Parts, leasestore.Part{LeaseName: pt.def.Name, Resource: pt.def.Resource, Caps: pt.caps})
+		}
+	} else {
+		sreq.LeaseName, sreq.Resource, sreq.Caps = first.Name, first.Resource, p.parts[0].caps
+		if first.Borrows() {
+			sreq.Borrow = &leasestore.Borrow{MaxBorrowed: first.Borrowing.MaxBorrowed}
+		}
+		age.reclaim = reclaimOf(first, req)
 	}
-	current := func(ctx context.Context) (*definition.Definition, error) {
-		d, err := s.resolve(ctx, req) // a cache hit unless a definition changed
-		if err != nil || d == def {
+	current := func(ctx context.Context) ([]definition.Definition, error) {
+		ds, err := s.resolveAll(ctx, req) // cache hits unless a definition changed
+		if err != nil || slices.Equal(ds, defs) {
 			return nil, err
 		}
-		return &d, nil
+		return ds, nil
 	}
-	label := s.labels.of(def.Resource)
+	label := s.labels.of(first.Resource)
 	s.metrics.Waiting.WithLabelValues(label).Inc()
-	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued, aging{bound: def.PriorityAgeBound, since: start, reclaim: reclaimOf(def, req)})
+	h, err := s.acquire(ctx, sreq, start.Add(wait), current, req.Queued, age)
 	s.metrics.Waiting.WithLabelValues(label).Dec()
 	var changed *definitionChanged
 	if errors.As(err, &changed) {
-		return Lease{}, &changed.next, nil
+		return Lease{}, changed.next, nil
 	}
 	waited := s.clk.Since(start)
 	observe := func(label, outcome string) {
@@ -104,7 +113,7 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 	var busy *lease.BusyError
 	switch {
 	case err == nil:
-		label = s.labels.book(def.Resource) // a booked resource earns its own label value
+		label = s.labels.book(first.Resource) // a booked resource earns its own label value
 		observe(label, metrics.AcquireSuccess)
 		s.tokens.put(h.Token, label)
 	case errors.As(err, &busy):
@@ -117,8 +126,15 @@ func (s *Service) acquireAs(ctx context.Context, req Request, def definition.Def
 		observe(label, metrics.AcquireUnavailable)
 		return Lease{}, nil, err
 	}
-	granted := p.lease(def)
+	granted := p.lease()
 	granted.Token, granted.Fence = h.Token, h.Fence
+	for i := range granted.Parts {
+		for _, hp := range h.Parts {
+			if hp.Resource == granted.Parts[i].Resource {
+				granted.Parts[i].Fence = hp.Fence
+			}
+		}
+	}
 	return granted, nil, nil
 }
 
@@ -165,12 +181,13 @@ func (p plan) lease(def definition.Definition) Lease {
 	return Lease{Name: def.Name, Resource: def.Resource, Levels: p.levels, TTL: def.TTL}
 }
 
-// currentFunc re-resolves the definition of a waiting acquisition: nil while it is unchanged.
-type currentFunc func(context.Context) (*definition.Definition, error)
+// currentFunc re-resolves the definitions of a waiting acquisition: nil while they are
+// unchanged.
+type currentFunc func(context.Context) ([]definition.Definition, error)
 
 // definitionChanged ends a wait whose definition changed; the acquisition starts over under
 // next.
-type definitionChanged struct{ next definition.Definition }
+type definitionChanged struct{ next []definition.Definition }
 
 func (*definitionChanged) Error() string { return "the lease definition changed while waiting" }
 
@@ -224,29 +241,28 @@ func (s *Service) outcome(op string, err error) (*lease.BusyError, error) {
 }
 
 func busyOf(b *lease.BusyError) *lease.BusyError {
-	return &lease.BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap}
+	return &lease.BusyError{Lease: b.Lease, Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap}
 }
 
-// sweep is the lazy idle sweep of one resource, run when an acquisition finds it full: the
+// sweep is the lazy idle sweep of resource, one that an acquisition of req found full: the
 // reaped holders go to the listener asynchronously. It returns how many holders it reaped.
 // A resource is swept at most once per sweep interval by this service (each sweep costs two
 // reads; a holder becomes idle at most once per TTL, which is at least a second). A failed
 // sweep does not fail the acquisition (the next store call reports a store that is down).
-func (s *Service) sweep(ctx context.Context, req leasestore.AcquireRequest) int {
-	if !s.sweeps.allow(req.Resource, s.clk.Now(), s.cfg.sweepInterval) {
+func (s *Service) sweep(ctx context.Context, req leasestore.AcquireRequest, resource string) int {
+	if !s.sweeps.allow(resource, s.clk.Now(), s.cfg.sweepInterval) {
 		return 0
 	}
-	return s.sweepNow(ctx, req)
+	return s.sweepNow(ctx, req, resource)
 }
 
-// sweepNow is the lazy idle sweep of the resource of req, past its gate.
-func (s *Service) sweepNow(ctx context.Context, req leasestore.AcquireRequest) int {
-	resource := req.Resource
+// sweepNow is the lazy idle sweep of resource, a resource of req, past its gate.
+func (s *Service) sweepNow(ctx context.Context, req leasestore.AcquireRequest, resource string) int {
 	var sw leasestore.IdleSweep
 	var dispatched int
 	var err error
 	if s.cfg.idleReaper != nil {
-		sw, dispatched, err = s.cfg.idleReaper(ctx, sweepTarget(req))
+		sw, dispatched, err = s.cfg.idleReaper(ctx, sweepTarget(req, resource))
 	} else {
 		sw, err = s.store.SweepIdle(ctx, resource)
 	}

@@ -37,27 +37,30 @@ func (s *Service) Review(ctx context.Context, req Request) (Lease, error) {
 	return s.dryRun(ctx, req)
 }
 
-// dryRun is DryRun past the validation.
+// dryRun is DryRun past the validation. An acquisition of several leases reads each part's
+// counters, in the order of their resources, and answers busy for the first full one.
 func (s *Service) dryRun(ctx context.Context, req Request) (Lease, error) {
-	def, err := s.resolve(ctx, req)
+	defs, err := s.resolveAll(ctx, req)
 	if err != nil {
 		return Lease{}, err
 	}
-	p, err := planOf(def, req)
+	ps, err := planAll(defs, req)
 	if err != nil {
 		return Lease{}, err
 	}
-	if p.noop {
-		return p.lease(def), nil
+	for _, p := range ps.parts {
+		busy, err := s.store.Probe(ctx, p.def.Resource, p.caps, req.Tenant, req.Project, req.User)
+		if err != nil {
+			return Lease{}, storeError("probing "+p.def.Resource, "lease", err)
+		}
+		if busy != nil {
+			if ps.several {
+				busy.Lease = p.def.Name
+			}
+			// Where it would stand: every live waiter of the level's line is ahead of it.
+			s.explain(ctx, busy, "")
+			return Lease{}, busy
+		}
 	}
-	busy, err := s.store.Probe(ctx, def.Resource, p.caps, req.Tenant, req.Project, req.User)
-	if err != nil {
-		return Lease{}, storeError("probing "+def.Resource, "lease", err)
-	}
-	if busy != nil {
-		// Where it would stand: every live waiter of the level's line is ahead of it.
-		s.explain(ctx, busy, "")
-		return Lease{}, busy
-	}
-	return p.lease(def), nil
+	return ps.lease(), nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vancetope/lease-operator/internal/definition"
 	"github.com/vancetope/lease-operator/internal/lease"
+	"github.com/vancetope/lease-operator/internal/leasestore"
 )
 
 // Request is one acquisition (docs/design.md, "The consumer contract").
@@ -16,6 +17,9 @@ type Request struct {
 	Type string
 	// Lease is a name reference; "none" or "" means no lease (NOOP). Exclusive with Inline.
 	Lease string
+	// Leases names several leases to be granted all together or not at all (docs/waiting.md,
+	// "Several resources at once"); exclusive with Lease and Inline.
+	Leases []string
 	// Inline is an inline definition (no layers, project-private counter).
 	Inline *definition.InlineSpec
 	// Tenant and Project are required; User is required when the user level is capped.
@@ -60,6 +64,18 @@ type Lease struct {
 	TTL time.Duration
 	// Fence strictly increases with every grant of the resource (docs/fencing.md).
 	Fence int64
+	// Parts are the leases of an acquisition of several (Request.Leases), in the order of
+	// their resources, each with its levels and fence; Name then joins their names with "+",
+	// and Resource, Levels and Fence are unset.
+	Parts []PartLease
+}
+
+// PartLease is one lease of an acquisition of several.
+type PartLease struct {
+	Name     string
+	Resource string
+	Levels   []LevelInfo
+	Fence    int64
 }
 
 // LevelInfo is one booked level of a lease.
@@ -121,6 +137,9 @@ func validateFields(req Request) error {
 	if req.Inline != nil && req.Lease != "" {
 		return lease.Invalid("inline", "lease and inline are mutually exclusive")
 	}
+	if err := validateLeases(req); err != nil {
+		return err
+	}
 	if req.Lease != "" && req.Lease != definition.NoneReference && !definition.ValidName(req.Lease) {
 		return lease.Invalid("lease", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", lease.Clip(req.Lease, 64))
 	}
@@ -158,6 +177,33 @@ func validateFields(req Request) error {
 	}
 	if req.Wait != nil && (*req.Wait < 0 || *req.Wait > MaxWait) {
 		return lease.Invalid("waitMs", "must be between 0 and %d", MaxWait.Milliseconds())
+	}
+	return nil
+}
+
+// validateLeases checks the names of an acquisition of several leases: one to
+// leasestore.MaxParts names, each valid, none twice, and neither lease nor inline beside them.
+func validateLeases(req Request) error {
+	if req.Leases == nil {
+		return nil
+	}
+	switch {
+	case req.Lease != "" || req.Inline != nil:
+		return lease.Invalid("leases", "is exclusive with lease and inline")
+	case len(req.Leases) == 0 || len(req.Leases) > leasestore.MaxParts:
+		return lease.Invalid("leases", "names %d leases, want 1 to %d", len(req.Leases), leasestore.MaxParts)
+	}
+	seen := map[string]bool{}
+	for _, name := range req.Leases {
+		switch {
+		case name == definition.NoneReference:
+			return lease.Invalid("leases", "%q names no lease: leave it out of the list", name)
+		case !definition.ValidName(name):
+			return lease.Invalid("leases", "%q is not a valid lease name (want [A-Za-z0-9][A-Za-z0-9_-]{0,63})", lease.Clip(name, 64))
+		case seen[name]:
+			return lease.Invalid("leases", "names %s twice", name)
+		}
+		seen[name] = true
 	}
 	return nil
 }

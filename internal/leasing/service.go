@@ -165,10 +165,29 @@ type SweepTarget struct {
 	Inline                 bool
 }
 
-// sweepTarget is the lazy sweep's target for an acquisition.
-func sweepTarget(req leasestore.AcquireRequest) SweepTarget {
-	return SweepTarget{Resource: req.Resource, Tenant: req.Tenant, Project: req.Project, Lease: req.LeaseName,
-		Inline: strings.HasPrefix(req.Resource, definition.InlineResourcePrefix)}
+// sweepTarget is the lazy sweep's target for an acquisition that found resource full: for
+// one of several leases, the lease whose resource it is.
+func sweepTarget(req leasestore.AcquireRequest, resource string) SweepTarget {
+	name := req.LeaseName
+	for _, p := range req.Parts {
+		if p.Resource == resource {
+			name = p.LeaseName
+		}
+	}
+	return SweepTarget{Resource: resource, Tenant: req.Tenant, Project: req.Project, Lease: name,
+		Inline: strings.HasPrefix(resource, definition.InlineResourcePrefix)}
+}
+
+// resourcesOf names the resources of an acquisition for a message.
+func resourcesOf(req leasestore.AcquireRequest) string {
+	if len(req.Parts) == 0 {
+		return req.Resource
+	}
+	names := make([]string, len(req.Parts))
+	for i, p := range req.Parts {
+		names[i] = p.Resource
+	}
+	return strings.Join(names, "+")
 }
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no

@@ -70,7 +70,7 @@ func (e *startOver) Is(target error) bool { return target == errStartOver }
 
 // acquireOnce is one holder's acquisition: its attempt and, if it queued, its wait.
 func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest, deadline time.Time, current currentFunc, queued func(), age aging) (lease.Holder, error) {
-	op := "acquiring " + req.Resource
+	op := "acquiring " + resourcesOf(req)
 	token, err := leasestore.NewToken()
 	if err != nil {
 		return lease.Holder{}, err
@@ -120,7 +120,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		// With a wait, the sweep and the retry it earns are later calls, bounded by the
 		// deadline; without one they are part of the one attempt.
 		asked := s.clk.Now()
-		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req) }, nil)
+		swept, done := within(ctx, s, mayWait, deadline, func(cctx context.Context) int { return s.sweep(cctx, req, busy.Resource) }, nil)
 		if !done {
 			return lease.Holder{}, s.cut(ctx, op, began, asked, busy)
 		}
@@ -171,7 +171,7 @@ func (s *Service) acquireOnce(ctx context.Context, req leasestore.AcquireRequest
 		d := nextLook(safety, s.cfg.random(), deadline.Sub(s.clk.Now()), looked)
 		// Never later than the next idle expiry the last sweep of the resource saw: the look
 		// then sweeps the idle holder and its slot is handed on (docs/waiting.md).
-		if at, ok := s.sweeps.nextExpiry(req.Resource); ok {
+		if at, ok := s.sweeps.nextExpiry(busy.Resource); ok {
 			if e := at.Add(expiryMargin).Sub(s.clk.Now()); e < d {
 				d = max(e, minExpiryLook)
 			}
@@ -508,8 +508,8 @@ func (s *Service) withdraw(ctx context.Context, token string) {
 // store hands it to the oldest waiter).
 func (s *Service) tend(req leasestore.AcquireRequest, busy *lease.BusyError) {
 	ctx := context.Background()
-	if s.sweeps.allow(req.Resource, s.clk.Now(), s.cfg.sweepInterval) {
-		s.background.Go(func() { s.sweepNow(ctx, req) })
+	if s.sweeps.allow(busy.Resource, s.clk.Now(), s.cfg.sweepInterval) {
+		s.background.Go(func() { s.sweepNow(ctx, req, busy.Resource) })
 	}
 	key := busyKey(busy)
 	if s.repairs.allow(key, s.clk.Now(), s.cfg.sweepInterval) {
@@ -533,7 +533,7 @@ func (s *Service) recheck(ctx context.Context, current currentFunc, deadline tim
 	case err != nil:
 		return err
 	case d != nil:
-		return &definitionChanged{next: *d}
+		return &definitionChanged{next: d}
 	}
 	return nil
 }
