@@ -116,7 +116,7 @@ CHECKER_RUNS ?= 200
 test-robustness: mongodev ## The robustness suite: real processes, faults, a checked history; ROBUSTNESS_SEEDS seeds (default 20, about 18 minutes) per fairness policy; then CHECKER_RUNS schedules of the interleaving checker.
 	ROBUSTNESS_SEEDS=$(ROBUSTNESS_SEEDS) $(ROBUSTNESS_GO_TEST) -timeout 4h
 	CHECKER_RUNS=$(CHECKER_RUNS) MONGODEV_BIN=$(MONGODEV) go test -count=1 -v -timeout 2h \
-		-run 'TestInterleavingsKeepTheCap|TestDeadWaiterRecoversWithinTheBound|TestRandomInterleavingsWithFaults' ./internal/leasestore/
+		-run 'TestInterleavingsKeepTheCap|TestDeadWaiterRecoversWithinTheBound|TestRandomInterleavingsWithFaults|TestOppositeOrdersNeverDeadlock|TestPartsCrashAtEveryCommand|TestRandomPartsInterleavingsWithFaults' ./internal/leasestore/
 
 .PHONY: test-robustness-short
 test-robustness-short: mongodev ## The robustness suite's short run (CI): one seed per fairness policy, 3 s of churn per fault, under two minutes.

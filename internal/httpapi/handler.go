@@ -170,12 +170,12 @@ func (h *handler) acquisition(w http.ResponseWriter, r *http.Request) (leasing.R
 }
 
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
-	fence, err := h.svc.CheckFence(r.Context(), r.PathValue("token"))
+	fence, parts, err := h.svc.CheckParts(r.Context(), r.PathValue("token"))
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, checkBody{Outcome: "ok", Fence: fence})
+	httpjson.Write(w, http.StatusOK, checkResponse(fence, parts))
 }
 
 func (h *handler) updatePayload(w http.ResponseWriter, r *http.Request) {

@@ -21,6 +21,7 @@ import (
 type acquireBody struct {
 	Type      string                 `json:"type"`
 	Lease     string                 `json:"lease,omitempty"`
+	Leases    []string               `json:"leases,omitempty"` // several at once: leasing.Request.Leases
 	Inline    *definition.InlineSpec `json:"inline,omitempty"`
 	Tenant    string                 `json:"tenant,omitempty"`
 	Project   string                 `json:"project"`
@@ -35,7 +36,7 @@ type acquireBody struct {
 
 func (b acquireBody) request() (leasing.Request, error) {
 	req := leasing.Request{
-		Type: b.Type, Lease: b.Lease, Inline: b.Inline,
+		Type: b.Type, Lease: b.Lease, Leases: b.Leases, Inline: b.Inline,
 		Tenant: b.Tenant, Project: b.Project, User: b.User,
 		HolderRef: b.HolderRef, PodBound: b.PodBound, Payload: b.Payload, Priority: b.Priority,
 	}
@@ -78,9 +79,38 @@ type noopBody struct {
 	NoOp bool `json:"noop"`
 }
 
+// leasesBody is the 200 answer of POST /v1/leases for a booked acquisition of several
+// leases: a lease's answer with its parts in place of lease, resource, levels and fence.
+type leasesBody struct {
+	Token      string     `json:"token"`
+	NoOp       bool       `json:"noop"`
+	Leases     []partBody `json:"leases"`
+	TTLSeconds int64      `json:"ttlSeconds"`
+}
+
+// partBody is one lease of an acquisition of several, in the order of their resources. Its
+// fence is absent only in a dry run's answer: a grant's fence is at least 1.
+type partBody struct {
+	Lease    string      `json:"lease"`
+	Resource string      `json:"resource"`
+	Levels   []levelBody `json:"levels"`
+	Fence    int64       `json:"fence,omitempty"`
+}
+
+func partsBody(parts []leasing.PartLease) []partBody {
+	out := make([]partBody, len(parts))
+	for i, p := range parts {
+		out[i] = partBody{Lease: p.Name, Resource: p.Resource, Levels: levelsBody(p.Levels), Fence: p.Fence}
+	}
+	return out
+}
+
 func leaseResponse(l leasing.Lease) any {
 	if l.NoOp {
 		return noopBody{NoOp: true}
+	}
+	if len(l.Parts) > 0 {
+		return leasesBody{Token: l.Token, Leases: partsBody(l.Parts), TTLSeconds: int64(l.TTL / time.Second)}
 	}
 	return leaseBody{Token: l.Token, Lease: l.Name, Resource: l.Resource, Levels: levelsBody(l.Levels),
 		TTLSeconds: int64(l.TTL / time.Second), Fence: l.Fence}
@@ -128,9 +158,22 @@ type dryRunNoopBody struct {
 	DryRun bool `json:"dryRun"`
 }
 
+// dryRunLeasesBody is the 200 answer of a dry run of several leases that would be granted
+// now: leasesBody without token and fences.
+type dryRunLeasesBody struct {
+	DryRun     bool       `json:"dryRun"`
+	NoOp       bool       `json:"noop"`
+	Leases     []partBody `json:"leases"`
+	TTLSeconds int64      `json:"ttlSeconds"`
+}
+
 func dryRunResponse(l leasing.Lease) any {
 	if l.NoOp {
 		return dryRunNoopBody{NoOp: true, DryRun: true}
+	}
+	if len(l.Parts) > 0 {
+		// The service answers a dry run without fences: nothing was granted.
+		return dryRunLeasesBody{DryRun: true, Leases: partsBody(l.Parts), TTLSeconds: int64(l.TTL / time.Second)}
 	}
 	return dryRunBody{DryRun: true, Lease: l.Name, Resource: l.Resource, Levels: levelsBody(l.Levels),
 		TTLSeconds: int64(l.TTL / time.Second)}
@@ -140,10 +183,28 @@ type outcomeBody struct {
 	Outcome string `json:"outcome"`
 }
 
-// checkBody is the 200 answer of POST /v1/leases/{token}/check.
+// checkBody is the 200 answer of POST /v1/leases/{token}/check. Fence is the lease's, or
+// for a holder of several resources the first part's; Leases, only for such a holder, are
+// its parts with their fences.
 type checkBody struct {
-	Outcome string `json:"outcome"`
-	Fence   int64  `json:"fence"`
+	Outcome string          `json:"outcome"`
+	Fence   int64           `json:"fence"`
+	Leases  []checkPartBody `json:"leases,omitempty"`
+}
+
+// checkPartBody is one part of a holder of several resources in a check's answer.
+type checkPartBody struct {
+	Lease    string `json:"lease"`
+	Resource string `json:"resource"`
+	Fence    int64  `json:"fence"`
+}
+
+func checkResponse(fence int64, parts []lease.Part) checkBody {
+	body := checkBody{Outcome: "ok", Fence: fence}
+	for _, p := range parts {
+		body.Leases = append(body.Leases, checkPartBody{Lease: p.LeaseName, Resource: p.Resource, Fence: p.Fence})
+	}
+	return body
 }
 
 // decode reads a JSON body strictly (see httpjson.Decode).
@@ -167,7 +228,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &busy):
 		waited := busy.Waited.Milliseconds()
 		body := httpjson.ErrorBody{Error: httpjson.CodeBusy, Message: err.Error(),
-			Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
+			Lease: busy.Lease, Resource: busy.Resource, Level: string(busy.Level), Scope: busy.Scope,
 			Count: &busy.Count, Cap: &busy.Cap, WaitedMs: &waited}
 		if busy.Explained {
 			body.Position = &busy.Position

@@ -37,7 +37,9 @@ type ErrorBody struct {
 	// CorrelationID (LEASE_UNAVAILABLE) finds the details in the server's log, which the
 	// answer leaves out (docs/security.md).
 	CorrelationID string `json:"correlationId,omitempty"`
-	// The busy diagnosis (LEASE_BUSY): the first full level, narrow to wide.
+	// The busy diagnosis (LEASE_BUSY): the first full level, narrow to wide. Lease names the
+	// part of an acquisition of several leases that is full; absent for a single lease.
+	Lease    string `json:"lease,omitempty"`
 	Resource string `json:"resource,omitempty"`
 	Level    string `json:"level,omitempty"`
 	Scope    string `json:"scope,omitempty"`

@@ -54,12 +54,18 @@ func funnelOf(req AcquireRequest) ([]funnelLevel, error) {
 	return out, nil
 }
 
-// sortedParts are parts in the order of their resources.
+// sortedParts are parts in the order they are booked: the order of their resources.
 func sortedParts(parts []Part) []Part {
 	out := slices.Clone(parts)
-	slices.SortFunc(out, func(a, b Part) int { return strings.Compare(a.Resource, b.Resource) })
+	if !inRequestOrder {
+		slices.SortFunc(out, func(a, b Part) int { return strings.Compare(a.Resource, b.Resource) })
+	}
 	return out
 }
+
+// inRequestOrder books the parts in the order requested: a test hook (BookPartsInRequestOrder)
+// that shows what the order of resources prevents.
+var inRequestOrder bool
 
 // funnel orders the capped levels narrow to wide and names their counters.
 func funnel(resource string, caps []lease.LevelCap, tenant, project, user string) ([]funnelLevel, error) {

@@ -89,6 +89,21 @@ type scenario struct {
 	after   []op
 	faults  faultPolicy
 	crashAt *crashPoint // a crash at a fixed point (bounded-exhaustive over crash points)
+	// resources are the scenario's resources, each with caps ("r" when empty); wants names
+	// the resources a holder acquires (every holder "r" when absent): two or more make an
+	// acquisition of several resources, named in the order given.
+	resources []string
+	wants     map[string][]string
+	// finish: holders that must be answered held by the end of the scenario (no deadlock).
+	finish []string
+}
+
+// resourceList is sc's resources.
+func (sc scenario) resourceList() []string {
+	if len(sc.resources) == 0 {
+		return []string{"r"}
+	}
+	return sc.resources
 }
 
 type crashPoint struct {
@@ -147,13 +162,15 @@ type outcome struct {
 	violation string
 	trace     []string
 	taken     schedule
+	// crashed: a process of the run crashed (a scenario's crash point was reached).
+	crashed bool
 }
 
 // run runs sc once with the decisions of fixed, then of seed.
 func (c *checker) run(sc scenario, seed uint64, fixed schedule) outcome {
 	r := &runner{c: c, sc: sc, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), fixed: fixed}
 	r.exec()
-	return outcome{violation: r.violation, trace: r.trace, taken: r.taken}
+	return outcome{violation: r.violation, trace: r.trace, taken: r.taken, crashed: r.crashed}
 }
 
 // explore runs sc with seeds from first until a run finds a violation or n runs found none;
@@ -226,6 +243,10 @@ type runner struct {
 	dups      int
 	probes    int // the probe's acquisitions so far (each its own holder)
 	cmdsOf    map[int]int
+	// everHeld: holders answered held at some point; fences: per resource, the holder each
+	// fence of a granted part went to.
+	everHeld map[string]bool
+	fences   map[string]map[int64]string
 }
 
 type procState struct {
@@ -268,6 +289,7 @@ func (r *runner) exec() {
 	t := r.c.t
 	r.db = fmt.Sprintf("interleave-%d", time.Now().UnixNano())
 	r.tokens, r.held, r.waiting, r.cmdsOf = map[string]string{}, map[string]bool{}, map[string]bool{}, map[int]int{}
+	r.everHeld, r.fences = map[string]bool{}, map[string]map[int64]string{}
 	var err error
 	r.direct, err = leasestore.Connect(r.c.uri, r.db, leasestore.WithOpTimeout(checkerOpTimeout))
 	if err != nil {
@@ -317,6 +339,11 @@ func (r *runner) exec() {
 		}
 		r.call(r.direct, o)
 		r.check(o.String())
+	}
+	for _, who := range r.sc.finish {
+		if r.violation == "" && !r.everHeld[who] {
+			r.fail("%s was never granted: the waiters are stuck (deadlock)", who)
+		}
 	}
 	if r.violation == "" {
 		r.recover()
@@ -490,11 +517,22 @@ func (r *runner) request(who string) leasestore.AcquireRequest {
 		r.tokens[who] = tok
 	}
 	r.mu.Unlock()
-	return leasestore.AcquireRequest{
-		LeaseName: "r", Resource: "r", Caps: r.sc.caps, Tenant: "t", Project: "p", User: r.user(who),
+	wants := r.sc.wants[who]
+	if len(wants) == 0 {
+		wants = r.sc.resourceList()[:1]
+	}
+	req := leasestore.AcquireRequest{
+		LeaseName: wants[0], Resource: wants[0], Caps: r.sc.caps, Tenant: "t", Project: "p", User: r.user(who),
 		Type: "job", HolderRef: who, TTL: r.sc.ttl, Token: tok,
 		Pod: lease.PodRef{Namespace: "ns", Name: who, UID: "uid-" + who},
 	}
+	if len(wants) > 1 {
+		req.LeaseName, req.Resource, req.Caps = "", "", nil
+		for _, res := range wants {
+			req.Parts = append(req.Parts, leasestore.Part{LeaseName: "l-" + res, Resource: res, Caps: r.sc.caps})
+		}
+	}
+	return req
 }
 
 // call makes one store call and records what its caller was told.
@@ -555,7 +593,7 @@ func (r *runner) call(s *leasestore.Store, o op) {
 	r.mu.Lock()
 	switch {
 	case err == nil && h.State == lease.StateHeld:
-		r.held[o.who], r.waiting[o.who] = true, false
+		r.held[o.who], r.waiting[o.who], r.everHeld[o.who] = true, false, true
 	case errors.As(err, &we):
 		r.waiting[o.who] = true
 	case errors.Is(err, leasestore.ErrNotWaiting):
@@ -588,11 +626,13 @@ func (r *runner) keys() []string {
 				}
 			}
 		}
-		for _, u := range users {
-			k := lease.CounterKey("r", c.Level, lease.ScopeOf(c.Level, "t", "p", u))
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
+		for _, res := range r.sc.resourceList() {
+			for _, u := range users {
+				k := lease.CounterKey(res, c.Level, lease.ScopeOf(c.Level, "t", "p", u))
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+				}
 			}
 		}
 	}
@@ -638,7 +678,14 @@ func (r *runner) check(where string) {
 	r.mu.Unlock()
 	heldAt := map[string][]string{}
 	for _, h := range holders {
-		if h["state"] != string(lease.StateHeld) || !told[fmt.Sprint(h["_id"])] {
+		if h["state"] != string(lease.StateHeld) {
+			continue
+		}
+		if msg := r.checkWhole(ctx, h, told[fmt.Sprint(h["_id"])]); msg != "" {
+			r.fail("after %s: %s", where, msg)
+			return
+		}
+		if !told[fmt.Sprint(h["_id"])] {
 			continue
 		}
 		for _, k := range heldKeys(h) {
@@ -654,6 +701,54 @@ func (r *runner) check(where string) {
 	if msg := checkModel(ctx, r.raw.Database(r.db), r.capOf, r.dups == 0); msg != "" {
 		r.fail("after %s: %s", where, msg)
 	}
+}
+
+// checkWhole checks a HELD holder document for all or nothing: one whose caller was told it
+// is held (told) has an entry at every counter of its funnel, every part's (a holder named by a
+// hand-over is HELD before its entry moves, and is told only after); one of several resources
+// has a fence for every part that no other holder of that resource was given.
+func (r *runner) checkWhole(ctx context.Context, h bson.M, told bool) string {
+	keys, _ := h["keys"].(bson.A)
+	pid := fmt.Sprint(h["pid"])
+	for _, k := range keys {
+		if !told {
+			break
+		}
+		var c struct {
+			Slots map[string]bson.Raw `bson:"slots"`
+		}
+		err := r.raw.Database(r.db).Collection(leasestore.CountersCollection).FindOne(ctx, bson.D{{Key: "_id", Value: k}}).Decode(&c)
+		if _, ok := c.Slots[pid]; err != nil || !ok {
+			return fmt.Sprintf("HELD holder %v has no entry at %v (%v): granted without every slot", h["holderRef"], k, err)
+		}
+	}
+	parts, _ := h["parts"].(bson.A)
+	for _, p := range parts {
+		pm := bson.M{}
+		if pd, ok := p.(bson.D); ok {
+			for _, e := range pd {
+				pm[e.Key] = e.Value
+			}
+		}
+		res := fmt.Sprint(pm["resource"])
+		fence, _ := pm["fence"].(int64)
+		if fence < 1 {
+			return fmt.Sprintf("HELD holder %v has no fence for part %s", h["holderRef"], res)
+		}
+		r.mu.Lock()
+		if r.fences[res] == nil {
+			r.fences[res] = map[int64]string{}
+		}
+		other, seen := r.fences[res][fence]
+		if !seen {
+			r.fences[res][fence] = pid
+		}
+		r.mu.Unlock()
+		if seen && other != pid {
+			return fmt.Sprintf("fence %d of %s given to two holders, %s and %s", fence, res, other, pid)
+		}
+	}
+	return ""
 }
 
 // heldKeys are the counters a held holder document books.
@@ -758,6 +853,16 @@ func (r *runner) recover() {
 // probe acquires every level's full cap with fresh holders and gives them back; it returns
 // the first level that refused, "" when all served.
 func (r *runner) probe(attempt int) string {
+	for _, res := range r.sc.resourceList() {
+		if b := r.probeResource(attempt, res); b != "" {
+			return b
+		}
+	}
+	return ""
+}
+
+// probeResource is probe of one resource.
+func (r *runner) probeResource(attempt int, res string) string {
 	ctx := context.Background()
 	var got []string
 	defer func() {
@@ -771,6 +876,7 @@ func (r *runner) probe(attempt int) string {
 		// finds that holder instead of starting a new one.
 		r.probes++
 		req := r.request(fmt.Sprintf("probe-%d-%d", attempt, r.probes))
+		req.LeaseName, req.Resource, req.Caps, req.Parts = res, res, r.sc.caps, nil
 		req.User = user
 		h, err := r.direct.Acquire(ctx, req)
 		var busy *lease.BusyError
@@ -799,7 +905,7 @@ func (r *runner) probe(attempt int) string {
 	got = nil
 	seen := map[string]bool{}
 	for _, k := range r.keys() {
-		if !strings.Contains(k, "|user|") {
+		if !strings.HasPrefix(k, res+"|user|") {
 			continue
 		}
 		_, u, _ := strings.Cut(k[strings.LastIndex(k, "|")+1:], "/")
@@ -862,6 +968,58 @@ func deadWaiterHandedASlot(crashCmd int) scenario {
 		faults:  faultPolicy{noCrash: true},
 		crashAt: &crashPoint{proc: 0, cmd: crashCmd, after: true},
 	}
+}
+
+// oppositeOrders: two acquisitions of the same two resources, named in opposite orders,
+// and a single acquisition of each resource, every one waiting in line; no faults. Both
+// acquisitions of two must be granted in the end: none waits for a slot the other holds
+// while holding one it needs.
+func oppositeOrders() scenario {
+	both := []string{"a", "b"}
+	return scenario{
+		name: "opposite-orders",
+		caps: []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}},
+		ttl:  30 * time.Second, waitTTL: 30 * time.Second,
+		resources: both,
+		wants:     map[string][]string{"AB": both, "BA": {"b", "a"}, "SA": {"a"}, "SB": {"b"}},
+		procs: [][]op{
+			{{kind: opWait, who: "AB"}, {kind: opResume, who: "AB"}, {kind: opRelease, who: "AB"}},
+			{{kind: opWait, who: "BA"}, {kind: opResume, who: "BA"}, {kind: opRelease, who: "BA"}},
+			{{kind: opWait, who: "SA"}, {kind: opWait, who: "SB"}, {kind: opRelease, who: "SA"}, {kind: opRelease, who: "SB"}},
+		},
+		after:  rounds(5, "SA", "SB", "AB", "BA"),
+		finish: []string{"AB", "BA", "SA", "SB"},
+		faults: faultPolicy{noCrash: true},
+	}
+}
+
+// rounds are n rounds in which every holder of who looks once (renewal and one try), then
+// releases what it holds: whoever is still in line after the scripts is served as the others
+// finish.
+func rounds(n int, who ...string) []op {
+	var out []op
+	for range n {
+		for _, w := range who {
+			out = append(out, op{kind: opResume, who: w})
+		}
+		for _, w := range who {
+			out = append(out, op{kind: opRelease, who: w})
+		}
+	}
+	return out
+}
+
+// randomPartsScenario draws a small scenario over two resources: holders of one resource and
+// of both (in either order), with faults of every kind.
+func randomPartsScenario(rng *rand.Rand) scenario {
+	sc := randomScenario(rng)
+	sc.name = "random-parts"
+	sc.resources = []string{"a", "b"}
+	sc.wants = map[string][]string{}
+	for _, n := range []string{"A", "B", "C", "D", "E", "F", "G"} {
+		sc.wants[n] = [][]string{{"a"}, {"b"}, {"a", "b"}, {"b", "a"}}[rng.IntN(4)]
+	}
+	return sc
 }
 
 // randomScenario draws a small scenario: one or two levels, three processes with short
@@ -937,6 +1095,83 @@ func TestDeadWaiterRecoversWithinTheBound(t *testing.T) {
 			t.Errorf("%s", c.report(sc, o))
 		}
 	}
+}
+
+// TestOppositeOrdersNeverDeadlock: under every schedule explored, two acquisitions of the
+// same two resources in opposite orders, with single acquisitions of each beside them, are
+// all granted, and no level holds more than its cap.
+func TestOppositeOrdersNeverDeadlock(t *testing.T) {
+	c := newChecker(t)
+	sc := oppositeOrders()
+	o, n := c.explore(sc, 1, checkerRuns(20))
+	if o.violation != "" {
+		t.Fatalf("after %d schedules: %s", n, c.report(sc, o))
+	}
+	t.Logf("%s: %d schedules, no violation", sc.name, n)
+}
+
+// TestPartsCrashAtEveryCommand: an acquisition of two resources whose process dies after any
+// of its commands (the holder written, each booking and record, each fence, the grant) leaves
+// no holder granted without every slot, and both resources serve their caps again within the
+// recovery bound; a single acquisition of one of them runs beside it.
+func TestPartsCrashAtEveryCommand(t *testing.T) {
+	c := newChecker(t)
+	cmd := 1
+	for ; ; cmd++ {
+		sc := scenario{
+			name: fmt.Sprintf("parts-crash(after command %d)", cmd),
+			caps: []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}},
+			ttl:  time.Second, waitTTL: 30 * time.Second,
+			resources: []string{"a", "b"},
+			wants:     map[string][]string{"AB": {"b", "a"}, "S": {"b"}},
+			procs: [][]op{
+				{{kind: opWait, who: "AB"}, {kind: opResume, who: "AB"}},
+				{{kind: opWait, who: "S"}, {kind: opResume, who: "S"}, {kind: opRelease, who: "S"}},
+			},
+			faults:  faultPolicy{noCrash: true},
+			crashAt: &crashPoint{proc: 0, cmd: cmd, after: true},
+		}
+		o := c.run(sc, uint64(cmd), nil)
+		if o.violation != "" {
+			t.Errorf("%s", c.report(sc, o))
+		}
+		if !o.crashed { // past its last command: every crash point is done
+			break
+		}
+	}
+	if cmd < 8 {
+		t.Fatalf("only %d crash points: the acquisition sends more commands than that", cmd-1)
+	}
+	t.Logf("%d crash points, no violation", cmd-1)
+}
+
+// TestOppositeOrdersDeadlockInRequestOrder shows that the checker finds the deadlock the order
+// of resources prevents: with the parts booked in the order requested, some schedule leaves
+// each acquisition holding the slot the other waits for.
+func TestOppositeOrdersDeadlockInRequestOrder(t *testing.T) {
+	defer leasestore.BookPartsInRequestOrder()()
+	c := newChecker(t)
+	sc := oppositeOrders()
+	o, n := c.explore(sc, 1, 40)
+	if !strings.Contains(o.violation, "deadlock") {
+		t.Fatalf("no deadlock in %d schedules with the parts in request order: %q", n, o.violation)
+	}
+	t.Logf("found after %d schedules: %s", n, o.violation)
+}
+
+func TestRandomPartsInterleavingsWithFaults(t *testing.T) {
+	c := newChecker(t)
+	runs := checkerRuns(10)
+	for i := range runs {
+		seed := uint64(5000 + i)
+		sc := randomPartsScenario(rand.New(rand.NewPCG(seed, 7)))
+		o := c.run(sc, seed, nil)
+		if o.violation != "" {
+			o = c.shrink(sc, seed, o)
+			t.Fatalf("seed %d: %s", seed, c.report(sc, o))
+		}
+	}
+	t.Logf("%d random scenarios over two resources, no violation", runs)
 }
 
 func TestRandomInterleavingsWithFaults(t *testing.T) {

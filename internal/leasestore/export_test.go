@@ -9,6 +9,13 @@ import (
 
 // Test hooks for the external tests of the package.
 
+// BookPartsInRequestOrder makes acquisitions of several resources book their parts in the
+// order requested instead of the order of their resources, until the returned func is called.
+func BookPartsInRequestOrder() (restore func()) {
+	inRequestOrder = true
+	return func() { inRequestOrder = false }
+}
+
 // Bounds of the events collection.
 const (
 	EventsBytes    = eventsBytes

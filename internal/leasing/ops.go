@@ -36,6 +36,29 @@ func (s *Service) CheckFence(ctx context.Context, token string) (int64, error) {
 	}
 }
 
+// CheckParts is CheckFence that also answers the parts of a holder of several resources
+// (Request.Leases), each with its fence, in the order of their resources; parts is nil for a
+// holder of one resource. fence is the lease's fence, or the first part's (docs/api.md,
+// "Check at every use").
+func (s *Service) CheckParts(ctx context.Context, token string) (fence int64, parts []lease.Part, err error) {
+	if !ValidToken(token) {
+		return 0, nil, lease.Invalid("token", "is not a valid lease token")
+	}
+	fence, parts, err = s.store.TouchParts(ctx, token)
+	label := s.tokens.get(token)
+	switch {
+	case err == nil:
+		s.metrics.Check.WithLabelValues(label, metrics.CheckOK).Inc()
+		return fence, parts, nil
+	case errors.Is(err, lease.ErrLost):
+		s.metrics.Check.WithLabelValues(label, metrics.CheckLost).Inc()
+		s.tokens.forget(token)
+		return 0, nil, storeError("checking lease", "token", err)
+	default:
+		return 0, nil, storeError("checking lease", "token", err)
+	}
+}
+
 // UpdatePayload replaces the payload of a held lease; it also counts as a use (touch).
 // Errors: *lease.InvalidError (field "payload"), lease.ErrLost, *lease.UnavailableError.
 func (s *Service) UpdatePayload(ctx context.Context, token string, payload map[string]string) error {

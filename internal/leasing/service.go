@@ -24,6 +24,9 @@ type Store interface {
 	Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error)
 	// TouchFence is the check-at-use; it answers the holder's fence.
 	TouchFence(ctx context.Context, token string) (int64, error)
+	// TouchParts is TouchFence that also answers the parts of a holder of several resources
+	// (nil for a holder of one), each with its fence.
+	TouchParts(ctx context.Context, token string) (fence int64, parts []lease.Part, err error)
 	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
 	Release(ctx context.Context, token string) (released bool, err error)
 	// SweepIdle deletes the idle holders of resource and returns them, with when the next

@@ -127,8 +127,13 @@ type Request struct {
 	// type without a revocation handler.
 	Type string
 	// Lease is the name of the lease definition; "" or "none" means no lease (NOOP).
-	// Exclusive with Inline.
+	// Exclusive with Inline and Leases.
 	Lease string
+	// Leases names several lease definitions (at most 8) to be granted all together or not
+	// at all, under one token: Lease.Parts holds each with its fence (docs/client.md, "Several
+	// leases at once", and docs/waiting.md). Exclusive with Lease and Inline; a name twice, "none", or two leases
+	// of one resource is an *InvalidError naming "leases".
+	Leases []string
 	// Inline is a definition carried by the request (project-private counter).
 	Inline *Inline
 	// Tenant is the tenant to act for; leave it empty to act for the tenant of the calling
@@ -164,6 +169,46 @@ type Inline struct {
 type InlineLevels struct {
 	Project int32 `json:"project,omitempty"`
 	User    int32 `json:"user,omitempty"`
+}
+
+// Part is one lease of an acquisition of several (Request.Leases).
+type Part struct {
+	// Name is the lease definition's name; Resource the counter key.
+	Name, Resource string
+	// Levels are the booked levels (for a dry run: those a grant would book), narrow to wide.
+	Levels []Level
+	// Fence is the part's fence: it strictly increases with every grant of its resource.
+	// Key a Guard by the part's scope and admit the work on that resource with this fence.
+	// 0 in a dry run's answer.
+	Fence int64
+}
+
+func partsOf(parts []partBody) []Part {
+	if len(parts) == 0 {
+		return nil
+	}
+	out := make([]Part, len(parts))
+	for i, p := range parts {
+		out[i] = Part{Name: p.Lease, Resource: p.Resource, Levels: levelsOf(p.Levels), Fence: p.Fence}
+	}
+	return out
+}
+
+// partNames is the name of a grant of several leases: their names joined by "+".
+func partNames(parts []Part) string {
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.Name
+	}
+	return strings.Join(names, "+")
+}
+
+func levelsOf(levels []levelBody) []Level {
+	var out []Level
+	for _, lv := range levels {
+		out = append(out, Level(lv))
+	}
+	return out
 }
 
 // Level is one booked level of a lease.
@@ -212,16 +257,16 @@ func (c *Client) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if out.Token == "" {
 		return nil, &UnavailableError{Op: "acquire", Status: http.StatusOK, Err: errors.New("the answer carries no token")}
 	}
-	l := &Lease{Token: out.Token, Name: out.Lease, Resource: out.Resource,
-		TTL: time.Duration(out.TTLSeconds) * time.Second, Fence: out.Fence, c: c}
-	for _, lv := range out.Levels {
-		l.Levels = append(l.Levels, Level(lv))
+	l := &Lease{Token: out.Token, Name: out.Lease, Resource: out.Resource, Levels: levelsOf(out.Levels),
+		TTL: time.Duration(out.TTLSeconds) * time.Second, Fence: out.Fence, Parts: partsOf(out.Leases), c: c}
+	if l.Parts != nil {
+		l.Name = partNames(l.Parts)
 	}
 	return l, nil
 }
 
 func bodyOf(req Request) acquireBody {
-	return acquireBody{Type: req.Type, Lease: req.Lease, Inline: req.Inline, Tenant: req.Tenant,
+	return acquireBody{Type: req.Type, Lease: req.Lease, Leases: req.Leases, Inline: req.Inline, Tenant: req.Tenant,
 		Project: req.Project, User: req.User, HolderRef: req.HolderRef, PodBound: req.PodBound,
 		Payload: req.Payload, Priority: req.Priority}
 }
@@ -237,6 +282,10 @@ type DryRunResult struct {
 	Levels []Level
 	// TTL is the idle TTL a grant would have.
 	TTL time.Duration
+	// Parts are, for Request.Leases, the leases a grant would book, as in Lease.Parts but
+	// without fences; Name then joins their names with "+", and Resource and Levels are
+	// empty.
+	Parts []Part
 }
 
 // DryRun asks what Acquire would answer now, without booking and without waiting
@@ -268,9 +317,10 @@ func (c *Client) DryRun(ctx context.Context, req Request) (*DryRunResult, error)
 		}
 		return nil, &UnavailableError{Op: "dry run", Status: http.StatusOK, Err: err}
 	}
-	res := &DryRunResult{NoOp: out.NoOp, Name: out.Lease, Resource: out.Resource, TTL: time.Duration(out.TTLSeconds) * time.Second}
-	for _, lv := range out.Levels {
-		res.Levels = append(res.Levels, Level(lv))
+	res := &DryRunResult{NoOp: out.NoOp, Name: out.Lease, Resource: out.Resource, Levels: levelsOf(out.Levels),
+		TTL: time.Duration(out.TTLSeconds) * time.Second, Parts: partsOf(out.Leases)}
+	if res.Parts != nil {
+		res.Name = partNames(res.Parts)
 	}
 	return res, nil
 }
@@ -369,7 +419,7 @@ func answerError(op string, status int, raw []byte) error {
 	case CodeInvalid:
 		return &InvalidError{Field: b.Field, Message: b.Message}
 	case CodeBusy:
-		busy := &BusyError{Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap,
+		busy := &BusyError{Lease: b.Lease, Resource: b.Resource, Level: b.Level, Scope: b.Scope, Count: b.Count, Cap: b.Cap,
 			Waited: time.Duration(b.WaitedMs) * time.Millisecond, Message: b.Message,
 			EstimatedWait: time.Duration(b.EstimatedWaitMs) * time.Millisecond}
 		if b.Position != nil {

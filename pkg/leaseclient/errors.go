@@ -39,6 +39,9 @@ const (
 // BusyError is LEASE_BUSY with the diagnosis the server sent: the first level, narrow to
 // wide, that was full.
 type BusyError struct {
+	// Lease names, for an acquisition of several leases, the one that was full; the
+	// others were not booked either. Empty for a single lease.
+	Lease string
 	// Resource is the counter key of the lease.
 	Resource string
 	// Level is user, project, tenant or global.
@@ -60,8 +63,12 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("lease busy: resource %s is full at level %s (scope %s): %d of %d in use, waited %s",
-		e.Resource, e.Level, e.Scope, e.Count, e.Cap, e.Waited)
+	part := ""
+	if e.Lease != "" {
+		part = " (lease " + e.Lease + ")"
+	}
+	return fmt.Sprintf("lease busy: resource %s%s is full at level %s (scope %s): %d of %d in use, waited %s",
+		e.Resource, part, e.Level, e.Scope, e.Count, e.Cap, e.Waited)
 }
 
 // Is makes errors.Is(err, ErrBusy) hold.

@@ -26,8 +26,14 @@ type Lease struct {
 	TTL time.Duration
 	// Fence is the grant's fencing token: it strictly increases with every grant of the
 	// resource. Send it with the work to a guarded service, which refuses a lower one
-	// (Guard). 0 for a NOOP lease.
+	// (Guard). 0 for a NOOP lease, and for a grant of several leases: use each part's.
 	Fence int64
+	// Parts are, for Request.Leases, the leases granted under the one token, in the order
+	// of their resources, each with its levels and its own fence; a lease that caps nothing
+	// books nothing and is not among them. Name then joins their names with "+", and
+	// Resource, Levels and Fence are empty. Check, UpdatePayload, Release and Revoked act on
+	// all of them at once. Nil for a single lease.
+	Parts []Part
 
 	c *Client
 

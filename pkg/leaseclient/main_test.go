@@ -40,6 +40,9 @@ var definitions = fstest.MapFS{
 	"solo.yaml": {Data: []byte("name: solo\nresource: solo-res\nlevels:\n  project: 1\n  global: 4\nttlSeconds: 60\nwaitMs: 10000\n")},
 	// seat: one slot per user.
 	"seat.yaml": {Data: []byte("name: seat\nlevels:\n  user: 1\nttlSeconds: 60\nwaitMs: 0\n")},
+	// gpu and licence: acquired together (parts_test.go); one gpu worldwide.
+	"gpu.yaml":     {Data: []byte("name: gpu\nlevels:\n  global: 1\nttlSeconds: 120\nwaitMs: 0\n")},
+	"licence.yaml": {Data: []byte("name: licence\nlevels:\n  project: 2\nttlSeconds: 60\nwaitMs: 0\n")},
 }
 
 var testPod = lease.PodRef{Namespace: "apps", Name: "worker-0", UID: "uid-0"}

@@ -10,6 +10,7 @@ import "time"
 type acquireBody struct {
 	Type      string            `json:"type"`
 	Lease     string            `json:"lease,omitempty"`
+	Leases    []string          `json:"leases,omitempty"`
 	Inline    *Inline           `json:"inline,omitempty"`
 	Tenant    string            `json:"tenant,omitempty"`
 	Project   string            `json:"project"`
@@ -28,7 +29,8 @@ type levelBody struct {
 }
 
 // leaseBody is the 200 answer of an acquire; a NOOP answer has only noop=true. A dry run's
-// answer has dryRun=true and no token and fence.
+// answer has dryRun=true and no token and fence. The answer for several leases has leases in
+// place of lease, resource, levels and fence.
 type leaseBody struct {
 	DryRun     bool        `json:"dryRun"`
 	Token      string      `json:"token"`
@@ -38,6 +40,15 @@ type leaseBody struct {
 	Levels     []levelBody `json:"levels"`
 	TTLSeconds int64       `json:"ttlSeconds"`
 	Fence      int64       `json:"fence"`
+	Leases     []partBody  `json:"leases"`
+}
+
+// partBody is one lease of the answer for several; no fence in a dry run's.
+type partBody struct {
+	Lease    string      `json:"lease"`
+	Resource string      `json:"resource"`
+	Levels   []levelBody `json:"levels"`
+	Fence    int64       `json:"fence"`
 }
 
 type payloadBody struct {
@@ -52,6 +63,7 @@ type errorBody struct {
 	Error    string `json:"error"`
 	Message  string `json:"message"`
 	Field    string `json:"field"`
+	Lease    string `json:"lease"`
 	Resource string `json:"resource"`
 	Level    string `json:"level"`
 	Scope    string `json:"scope"`

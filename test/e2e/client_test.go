@@ -25,6 +25,7 @@ const requestTimeout = 30 * time.Second
 type acquireRequest struct {
 	Type      string            `json:"type"`
 	Lease     string            `json:"lease,omitempty"`
+	Leases    []string          `json:"leases,omitempty"`
 	Tenant    string            `json:"tenant"`
 	Project   string            `json:"project"`
 	User      string            `json:"user,omitempty"`
@@ -57,6 +58,15 @@ type granted struct {
 	Levels     []leaseLevel `json:"levels"`
 	TTLSeconds int64        `json:"ttlSeconds"`
 	Fence      int64        `json:"fence"`
+	// Parts: the leases of an acquisition of several, each with its fence.
+	Parts []grantedPart `json:"leases"`
+}
+
+// grantedPart is one lease of an acquisition of several.
+type grantedPart struct {
+	Lease    string `json:"lease"`
+	Resource string `json:"resource"`
+	Fence    int64  `json:"fence"`
 }
 
 // capAt returns the cap of level in the answer, 0 when the level is not capped.
@@ -74,6 +84,7 @@ type apiError struct {
 	Error    string `json:"error"`
 	Message  string `json:"message"`
 	Field    string `json:"field"`
+	Lease    string `json:"lease"`
 	Resource string `json:"resource"`
 	Level    string `json:"level"`
 	Scope    string `json:"scope"`
