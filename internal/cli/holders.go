@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,9 @@ MongoDB directly instead.
 
 FENCE is the grant's fencing token (docs/fencing.md). AGE is the time since the acquisition,
 IDLE the time since the last check (or payload update); a holder idle longer than its TTL is
-reaped by the next sweep.`,
+reaped by the next sweep. A holder of several resources at once shows them joined by "+" in
+RESOURCE (gpu+licence) and one fence per part in FENCE (12+7); --resource finds it by any
+of them.`,
 		Example: `  kubectl lease list
   kubectl lease list -w -n acme
   kubectl lease list --tenant acme --resource tex2pdf
@@ -133,16 +136,49 @@ func holderCells(now time.Time, h lease.Holder) []string {
 	if h.Borrowed { // docs/borrowing.md
 		state += ",BORROWED"
 	}
-	return []string{h.ID, h.Type, h.Resource, h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
+	return []string{h.ID, h.Type, opsview.Resources(h), h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
 		age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL)}
 }
 
-// fenceOf is the holder's fence, "-" before its grant.
+// fenceOf is the holder's fence, "-" before its grant; for a holder of several resources one
+// per part, joined by "+" in the order of its resources (3+7). The parts take their fences
+// together, at the grant.
 func fenceOf(h lease.Holder) string {
-	if h.Fence == 0 {
+	if len(h.Parts) == 0 || h.Fence == 0 {
+		return fenceText(h.Fence)
+	}
+	fences := make([]string, len(h.Parts))
+	for i, p := range h.Parts {
+		fences[i] = fenceText(p.Fence)
+	}
+	return strings.Join(fences, "+")
+}
+
+func fenceText(fence int64) string {
+	if fence == 0 {
 		return "-"
 	}
-	return strconv.FormatInt(h.Fence, 10)
+	return strconv.FormatInt(fence, 10)
+}
+
+// countersOf reads the counters of the holder's resources: its resource's, or each part's.
+func countersOf(ctx context.Context, r reader, h lease.Holder) ([]lease.Counter, error) {
+	resources := []string{h.Resource}
+	if len(h.Parts) > 0 {
+		resources = resources[:0]
+		for _, p := range h.Parts {
+			resources = append(resources, p.Resource)
+		}
+	}
+	var out []lease.Counter
+	for _, res := range resources {
+		cs, err := r.counters(ctx, leasestore.CounterFilter{Resource: res})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
 }
 
 // stateOf is the stored state, marked when the holder is idle past its TTL (the next sweep
@@ -193,7 +229,7 @@ its ID on this machine and is never sent.`,
 			if err != nil {
 				return err
 			}
-			counters, err := r.counters(ctx, leasestore.CounterFilter{Resource: h.Resource})
+			counters, err := countersOf(ctx, r, h)
 			if err != nil {
 				return err
 			}
@@ -205,7 +241,7 @@ its ID on this machine and is never sent.`,
 	return c
 }
 
-// renderHolder writes one holder, describe-style; counters are those of its resource.
+// renderHolder writes one holder, describe-style; counters are those of its resources.
 func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.Counter) error {
 	p := newPrinter(w)
 	field := func(name, value string) {
@@ -217,8 +253,15 @@ func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.C
 	field("ID", h.ID)
 	field("State", stateOf(now, h))
 	field("Fence", fenceOf(h))
-	field("Lease", h.LeaseName)
-	field("Resource", h.Resource)
+	field("Lease", h.LeaseNames())
+	field("Resource", opsview.Resources(h))
+	if len(h.Parts) > 0 {
+		parts := make([]string, len(h.Parts))
+		for i, pt := range h.Parts {
+			parts[i] = fmt.Sprintf("%s (lease %s, fence %s)", pt.Resource, pt.LeaseName, fenceText(pt.Fence))
+		}
+		field("Parts", strings.Join(parts, ", "))
+	}
 	field("Type", h.Type)
 	field("Tenant", h.Tenant)
 	field("Project", h.Project)

@@ -376,13 +376,33 @@ func (c *liveClient) create(ctx context.Context, resource string, obj, into runt
 // holderOf reads a holder object back into the domain type the renderers print.
 func holderOf(o livev1alpha1.LeaseHolder) lease.Holder {
 	ns, name, _ := strings.Cut(o.Spec.Pod, "/")
-	return lease.Holder{
+	h := lease.Holder{
 		ID: o.Name, State: lease.HolderState(o.Status.State), LeaseName: o.Spec.Lease, Resource: o.Spec.Resource,
 		Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
 		Pod:      lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID},
 		PodBound: o.Spec.PodBound, Payload: o.Spec.Payload, TTL: time.Duration(o.Spec.TTLSeconds) * time.Second,
 		Levels: o.Status.Levels, AcquiredAt: o.Status.AcquiredAt.Time, LastSeenAt: o.Status.LastSeenAt.Time, Fence: o.Status.Fence,
 	}
+	setParts(&h, o.Spec.Parts, o.Status.Parts)
+	return h
+}
+
+// setParts gives a holder read from an object of several resources its parts, and the first
+// part's lease name and resource as the store's holder has them (the object's spec joins
+// them all).
+func setParts(h *lease.Holder, spec []livev1alpha1.LeasePart, status []livev1alpha1.LeasePartStatus) {
+	if len(spec) == 0 {
+		return
+	}
+	fences := make(map[string]int64, len(status))
+	for _, p := range status {
+		fences[p.Resource] = p.Fence
+	}
+	h.Parts = make([]lease.Part, len(spec))
+	for i, p := range spec {
+		h.Parts[i] = lease.Part{LeaseName: p.Lease, Resource: p.Resource, Fence: fences[p.Resource]}
+	}
+	h.LeaseName, h.Resource = spec[0].Lease, spec[0].Resource
 }
 
 func holdersOf(os []livev1alpha1.LeaseHolder) []lease.Holder {

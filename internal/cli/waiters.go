@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 // waiterJSON is a waiter in -o json.
@@ -25,9 +27,15 @@ type waiterJSON struct {
 	User      string `json:"user,omitempty"`
 	Pod       string `json:"pod,omitempty"`
 	HolderRef string `json:"holderRef,omitempty"`
-	Level     string `json:"level"`
-	Scope     string `json:"scope"`
-	Cap       int    `json:"cap,omitempty"`
+	// Parts are the resources of an acquisition of several, in their order (resource and
+	// lease join them by "+"); absent for one.
+	Parts []opsview.PartView `json:"parts,omitempty"`
+	// WaitsOn is, for an acquisition of several resources, the part it waits on: the parts
+	// before it are booked. Level, scope and position are those of its line.
+	WaitsOn *opsview.PartView `json:"waitsOn,omitempty"`
+	Level   string            `json:"level"`
+	Scope   string            `json:"scope"`
+	Cap     int               `json:"cap,omitempty"`
 	// Priority is its priority (docs/waiting.md, "Priority"); absent is 0.
 	Priority int `json:"priority,omitempty"`
 	// Position is the number of live waiters ahead in the line, of every tenant.
@@ -57,7 +65,9 @@ LEVEL and SCOPE are the full level it waits at. PRIORITY is its priority (docs/w
 (others are counted, never named): those of a higher priority, then the older ones of its own. EST-WAIT estimates the
 wait from the resource's recent hold times (docs/waiting.md, "Who waits"); <unknown> before
 the resource has handed a slot over. It is an estimate, not a promise. WAITING is the time
-since it lined up; LAPSED marks a place its process stopped renewing.`,
+since it lined up; LAPSED marks a place its process stopped renewing. An acquisition of
+several resources holds the parts before the one it waits on: RESOURCE names that part and
+the set, "licence (of gpu+licence)".`,
 		Example: `  kubectl lease waiters
   kubectl lease waiters -n acme --resource tex2pdf
   kubectl lease waiters -o json`,
@@ -104,12 +114,26 @@ since it lined up; LAPSED marks a place its process stopped renewing.`,
 }
 
 func toWaiterJSON(w lease.Waiter) waiterJSON {
-	return waiterJSON{
-		ID: w.Holder.ID, Resource: w.Holder.Resource, Lease: w.Holder.LeaseName, Tenant: w.Holder.Tenant,
+	out := waiterJSON{
+		ID: w.Holder.ID, Resource: opsview.Resources(w.Holder), Lease: w.Holder.LeaseNames(), Tenant: w.Holder.Tenant,
 		Project: w.Holder.Project, User: w.Holder.User, Pod: w.Holder.Pod.String(), HolderRef: w.Holder.HolderRef,
+		Parts: opsview.HolderViewOf(w.Holder).Parts,
 		Level: string(w.Level), Scope: w.Scope, Cap: w.Cap, Priority: w.Priority, Position: w.Position,
 		EstimatedWaitMs: w.EstimatedWait.Milliseconds(), Since: w.Since.UTC(), Lapsed: w.Lapsed,
 	}
+	if len(w.Holder.Parts) > 0 {
+		out.WaitsOn = &opsview.PartView{Lease: w.Lease, Resource: w.Resource}
+	}
+	return out
+}
+
+// waitsOn is the RESOURCE of a waiter: its resource, or for an acquisition of several the
+// part it waits on and all of them, "licence (of gpu+licence)".
+func waitsOn(w lease.Waiter) string {
+	if len(w.Holder.Parts) == 0 || w.Resource == "" {
+		return opsview.Resources(w.Holder)
+	}
+	return w.Resource + " (of " + opsview.Resources(w.Holder) + ")"
 }
 
 // renderWaiters writes the waiter table; now is the server's time.
@@ -124,7 +148,7 @@ func renderWaiters(w io.Writer, now time.Time, ws []lease.Waiter) error {
 		if x.Lapsed {
 			waiting += " (lapsed)"
 		}
-		t.row(x.Holder.ID, x.Holder.Resource, x.Holder.Tenant, x.Holder.Project, orDash(x.Holder.User), orDash(x.Holder.Pod.String()),
+		t.row(x.Holder.ID, waitsOn(x), x.Holder.Tenant, x.Holder.Project, orDash(x.Holder.User), orDash(x.Holder.Pod.String()),
 			string(x.Level), x.Scope, strconv.Itoa(x.Priority), strconv.Itoa(x.Position), est, waiting)
 	}
 	return t.flush()
@@ -161,10 +185,12 @@ func (c *liveClient) listWaiters(ctx context.Context, f leasestore.HolderFilter)
 		}
 		seen[o.Name] = true
 		ns, name, _ := strings.Cut(o.Spec.Pod, "/")
+		h := lease.Holder{ID: o.Name, State: lease.StateWaiting, LeaseName: o.Spec.Lease, Resource: o.Spec.Resource,
+			Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
+			Pod: lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID}}
+		setParts(&h, o.Spec.Parts, nil)
 		out = append(out, lease.Waiter{
-			Holder: lease.Holder{ID: o.Name, State: lease.StateWaiting, LeaseName: o.Spec.Lease, Resource: o.Spec.Resource,
-				Type: o.Spec.Type, Tenant: o.Spec.Tenant, Project: o.Spec.Project, User: o.Spec.User, HolderRef: o.Spec.HolderRef,
-				Pod: lease.PodRef{Namespace: ns, Name: name, UID: o.Spec.PodUID}},
+			Holder: h, Resource: cmp.Or(o.Status.Resource, h.Resource), Lease: cmp.Or(o.Status.Lease, h.LeaseName),
 			Key: o.Status.Key, Level: lease.Level(o.Status.Level), Scope: o.Status.Scope, Cap: int(o.Status.Cap),
 			Since: o.Status.Since.Time, Priority: int(o.Status.Priority), Position: int(o.Status.Position), Lapsed: o.Status.Lapsed,
 			EstimatedWait: time.Duration(o.Status.EstimatedWaitMs) * time.Millisecond,

@@ -3,6 +3,7 @@ package leasestore_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,5 +196,34 @@ func TestEveryPartsCrashWindowRecovers(t *testing.T) {
 				t.Fatalf("after the reap: %+v", h)
 			}
 		})
+	}
+}
+
+// TestPartsCostTwoRoundTripsALevelAndOneAPart: an uncontended acquisition of two resources
+// with one capped level each costs 2L + P + 2 commands (the holder, a booking and a record per
+// level, a fence per part, the grant), and its release 2, as a single lease's.
+func TestPartsCostTwoRoundTripsALevelAndOneAPart(t *testing.T) {
+	var n atomic.Int32
+	s := newStore(t, leasestore.WithCommandObserver(func(string) { n.Add(1) }))
+	c := ctxT(t)
+	warm := mustAcquire(t, s, partsReq("warm", "gpu", "licence")) // the counters exist from here
+	if _, err := s.Release(c, warm.Token); err != nil {
+		t.Fatal(err)
+	}
+	req := partsReq("ann", "gpu", "licence")
+	for i := range req.Parts {
+		req.Parts[i].Caps = []lease.LevelCap{{Level: lease.LevelGlobal, Cap: 1}}
+	}
+	n.Store(0)
+	h := mustAcquire(t, s, req)
+	if got := n.Load(); got != 2*2+2+2 {
+		t.Errorf("acquisition: %d commands, want 8", got)
+	}
+	n.Store(0)
+	if _, err := s.Release(c, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("release: %d commands, want 2", got)
 	}
 }

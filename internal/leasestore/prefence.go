@@ -3,6 +3,7 @@ package leasestore
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,10 +28,9 @@ type heldHere struct {
 }
 
 type heldLease struct {
-	resource string
-	levels   []string
-	fence    int64
-	at       time.Time // this process's clock when it answered the grant
+	levels []string
+	fence  int64
+	at     time.Time // this process's clock when it answered the grant
 }
 
 const maxHeldHere = 4096
@@ -46,7 +46,7 @@ func (s *Store) rememberHeld(h lease.Holder, err error) (lease.Holder, error) {
 	if k.m == nil || len(k.m) >= maxHeldHere {
 		k.m = map[string]heldLease{} // full: it starts over (a miss costs the parallel fence only)
 	}
-	k.m[h.Token] = heldLease{resource: h.Resource, levels: slices.Clone(h.Levels), fence: h.Fence, at: time.Now()}
+	k.m[h.Token] = heldLease{levels: slices.Clone(h.Levels), fence: h.Fence, at: time.Now()}
 	return h, err
 }
 
@@ -74,14 +74,17 @@ type preFence struct {
 // its levels is lined; nil otherwise. The caller waits for it (wait) before it returns.
 func (s *Store) fenceBeside(ctx context.Context, token string) *preFence {
 	l, ok := s.forgetHeld(token)
-	if !ok || !slices.ContainsFunc(l.levels, s.linedRecently) {
+	i := slices.IndexFunc(l.levels, s.linedRecently)
+	if !ok || i < 0 {
 		return nil
 	}
-	p := &preFence{resource: l.resource, done: make(chan struct{})}
+	// The resource of the lined level: a lease of several resources has levels of each.
+	resource, _, _ := strings.Cut(l.levels[i], "|")
+	p := &preFence{resource: resource, done: make(chan struct{})}
 	hold := holdSample{ms: max(time.Since(l.at).Milliseconds(), 1), slot: l.fence % holdSlots}
 	go func() {
 		defer close(p.done)
-		p.fence, p.err = s.takeFences(ctx, l.resource, 1, hold)
+		p.fence, p.err = s.takeFences(ctx, resource, 1, hold)
 	}()
 	return p
 }

@@ -15,6 +15,7 @@ import (
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 // Pod liveness as shown in status.podAlive.
@@ -35,8 +36,9 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 			Labels:            holderLabels(h),
 		},
 		Spec: livev1alpha1.LeaseHolderSpec{
-			Lease:      h.LeaseName,
-			Resource:   h.Resource,
+			Lease:      h.LeaseNames(),
+			Resource:   opsview.Resources(h),
+			Parts:      specParts(h),
 			Type:       h.Type,
 			Tenant:     h.Tenant,
 			Project:    h.Project,
@@ -54,6 +56,7 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 			AcquiredAt: metav1.NewTime(h.AcquiredAt),
 			LastSeenAt: metav1.NewTime(h.LastSeenAt),
 			Fence:      h.Fence,
+			Parts:      statusParts(h),
 			Borrowed:   h.Borrowed,
 		},
 	}
@@ -72,8 +75,34 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 	return obj
 }
 
+// specParts are the parts of a holder of several resources as its spec shows them; nil for
+// a holder of one.
+func specParts(h lease.Holder) []livev1alpha1.LeasePart {
+	if len(h.Parts) == 0 {
+		return nil
+	}
+	out := make([]livev1alpha1.LeasePart, len(h.Parts))
+	for i, p := range h.Parts {
+		out[i] = livev1alpha1.LeasePart{Lease: p.LeaseName, Resource: p.Resource}
+	}
+	return out
+}
+
+// statusParts are the fences of a holder of several resources; nil for a holder of one.
+func statusParts(h lease.Holder) []livev1alpha1.LeasePartStatus {
+	if len(h.Parts) == 0 {
+		return nil
+	}
+	out := make([]livev1alpha1.LeasePartStatus, len(h.Parts))
+	for i, p := range h.Parts {
+		out[i] = livev1alpha1.LeasePartStatus{Resource: p.Resource, Fence: p.Fence}
+	}
+	return out
+}
+
 // holderLabels are the selectable labels; values that are no valid label value are left
-// out (field selectors on spec still find them).
+// out (field selectors on spec still find them). A holder of several resources has no
+// resource label ("gpu+licence" is none): selectors on it match each part (matchesSpec).
 func holderLabels(h lease.Holder) map[string]string {
 	out := map[string]string{}
 	add := func(k, v string) {
@@ -126,7 +155,64 @@ type listSelection struct {
 }
 
 func (s listSelection) matches(h *livev1alpha1.LeaseHolder) bool {
-	return s.labels.Matches(labels.Set(h.Labels)) && s.fields.Matches(holderFields(h))
+	return s.matchesSpec(h.Labels, holderFields(h), h.Spec.Parts)
+}
+
+// matchesSpec applies the selectors to an object's labels and fields. An object of several
+// resources (parts) is matched on its resource by each part, as the store's resource filter
+// does: an equality, set inclusion or existence holds when it holds for one part's resource,
+// an inequality, exclusion or absence when it holds for every part's. So
+// `resource=licence` finds the holder of gpu+licence and `resource!=gpu` leaves it out.
+func (s listSelection) matchesSpec(labelSet map[string]string, fieldSet fields.Set, parts []livev1alpha1.LeasePart) bool {
+	if len(parts) == 0 {
+		return s.labels.Matches(labels.Set(labelSet)) && s.fields.Matches(fieldSet)
+	}
+	reqs, selectable := s.labels.Requirements()
+	if !selectable {
+		return false
+	}
+	for _, r := range reqs {
+		if r.Key() != livev1alpha1.LabelResource {
+			if !r.Matches(labels.Set(labelSet)) {
+				return false
+			}
+			continue
+		}
+		negative := false
+		switch r.Operator() {
+		case selection.NotEquals, selection.NotIn, selection.DoesNotExist:
+			negative = true
+		}
+		if !byParts(parts, negative, func(res string) bool {
+			return r.Matches(labels.Set{livev1alpha1.LabelResource: res})
+		}) {
+			return false
+		}
+	}
+	for _, r := range s.fields.Requirements() {
+		negative := r.Operator == selection.NotEquals
+		var ok bool
+		if r.Field == fieldResource {
+			ok = byParts(parts, negative, func(res string) bool { return (res == r.Value) != negative })
+		} else {
+			ok = (fieldSet[r.Field] == r.Value) != negative
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// byParts is whether pass holds for one part's resource, or for every part's when every is
+// set.
+func byParts(parts []livev1alpha1.LeasePart, every bool, pass func(resource string) bool) bool {
+	for _, p := range parts {
+		if pass(p.Resource) != every {
+			return !every
+		}
+	}
+	return every
 }
 
 // holderSelection translates selectors. An unknown field is a 400, as Kubernetes answers.

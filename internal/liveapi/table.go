@@ -16,19 +16,19 @@ import (
 // Columns of `kubectl get leaseholders`; priority 1 columns appear with -o wide only.
 var holderColumns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "The holder's public ID (never its token)."},
-	{Name: "Resource", Type: "string", Description: "The resource the lease books."},
+	{Name: "Resource", Type: "string", Description: "The resource the lease books; a holder of several resources books each of them, joined by \"+\" (spec.parts)."},
 	{Name: "Project", Type: "string", Description: "The logical project ID."},
 	{Name: "User", Type: "string", Description: "The logical user ID."},
 	{Name: "Type", Type: "string", Description: "The lease type (selects the revocation handler)."},
 	{Name: "Pod", Type: "string", Description: "namespace/name of the holding pod."},
 	{Name: "Alive", Type: "string", Description: "Whether the pod is alive: True, False, Unknown."},
 	{Name: "State", Type: "string", Description: "PENDING while booking, HELD afterwards."},
-	{Name: "Fence", Type: "integer", Description: "The grant's fencing token; it strictly increases with every grant of the resource."},
+	{Name: "Fence", Type: "string", Description: "The grant's fencing token; it strictly increases with every grant of the resource. A holder of several resources has one per part, joined by \"+\" in the order of RESOURCE."},
 	{Name: "Age", Type: "string", Description: "Time since acquisition."},
 	{Name: "Idle", Type: "string", Description: "Time since the last check."},
 	{Name: "TTL", Type: "string", Description: "Idle time after which the holder is reaped."},
 	{Name: "Tenant", Type: "string", Priority: 1, Description: "The logical tenant ID."},
-	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name."},
+	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name; the parts' names joined by \"+\" for a holder of several resources."},
 	{Name: "Pod-Bound", Type: "boolean", Priority: 1, Description: "Whether the lease dies with its pod."},
 	{Name: "Holder-Ref", Type: "string", Priority: 1, Description: "The caller's reference."},
 	{Name: "Levels", Type: "string", Priority: 1, Description: "The booked counter keys."},
@@ -55,7 +55,7 @@ var counterColumns = []metav1.TableColumnDefinition{
 // Columns of `kubectl get leasewaiters`.
 var waiterColumns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "The waiting holder's public ID (never its token)."},
-	{Name: "Resource", Type: "string", Description: "The resource it waits for."},
+	{Name: "Resource", Type: "string", Description: "The resource it waits for; for an acquisition of several resources, the part it waits on and the resources it is part of: licence (of gpu+licence)."},
 	{Name: "Project", Type: "string", Description: "The logical project ID."},
 	{Name: "User", Type: "string", Description: "The logical user ID."},
 	{Name: "Pod", Type: "string", Description: "namespace/name of the waiting pod."},
@@ -65,7 +65,7 @@ var waiterColumns = []metav1.TableColumnDefinition{
 	{Name: "Est-Wait", Type: "string", Description: "Estimated wait from the resource's recent hold times; <unknown> before its first hand-over. Never a promise."},
 	{Name: "Waiting", Type: "string", Description: "Time since it lined up."},
 	{Name: "Tenant", Type: "string", Priority: 1, Description: "The logical tenant ID."},
-	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name."},
+	{Name: "Lease", Type: "string", Priority: 1, Description: "The LeaseDefinition name; for an acquisition of several resources, the part it waits on and the names of all of them."},
 	{Name: "Cap", Type: "integer", Priority: 1, Description: "The level's cap when it lined up."},
 	{Name: "Lapsed", Type: "boolean", Priority: 1, Description: "Its process stopped renewing its place; slots pass it over."},
 	{Name: "Priority", Type: "integer", Priority: 1, Description: "Its priority: higher ones are served first (docs/waiting.md, \"Priority\")."},
@@ -88,9 +88,9 @@ func waiterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 		w := &items[i]
 		t.Rows = append(t.Rows, metav1.TableRow{
 			Cells: []any{
-				w.Name, w.Spec.Resource, w.Spec.Project, orNone(w.Spec.User), orNone(w.Spec.Pod),
+				w.Name, partCell(w.Status.Resource, w.Spec.Resource, w.Spec.Parts), w.Spec.Project, orNone(w.Spec.User), orNone(w.Spec.Pod),
 				w.Status.Level, w.Status.Scope, w.Status.Position, waitCell(w.Status.EstimatedWaitMs),
-				since(w.Status.Since, now), w.Spec.Tenant, w.Spec.Lease, w.Status.Cap, w.Status.Lapsed,
+				since(w.Status.Since, now), w.Spec.Tenant, partCell(w.Status.Lease, w.Spec.Lease, w.Spec.Parts), w.Status.Cap, w.Status.Lapsed,
 				w.Status.Priority, orNone(w.Spec.HolderRef),
 			},
 			Object: runtime.RawExtension{Object: w},
@@ -121,7 +121,7 @@ func holderTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 		t.Rows = append(t.Rows, metav1.TableRow{
 			Cells: []any{
 				h.Name, h.Spec.Resource, h.Spec.Project, orNone(h.Spec.User), h.Spec.Type, pod, alive,
-				h.Status.State, h.Status.Fence, since(h.Status.AcquiredAt, now), since(h.Status.LastSeenAt, now),
+				h.Status.State, fenceCell(h), since(h.Status.AcquiredAt, now), since(h.Status.LastSeenAt, now),
 				duration.HumanDuration(time.Duration(h.Spec.TTLSeconds) * time.Second),
 				h.Spec.Tenant, h.Spec.Lease, h.Spec.PodBound, orNone(h.Spec.HolderRef),
 				strings.Join(h.Status.Levels, ","), h.Status.Borrowed,
@@ -157,6 +157,27 @@ func counterTable(obj runtime.Object, now time.Time) (*metav1.Table, error) {
 		})
 	}
 	return t, nil
+}
+
+// partCell is what a waiter waits on: the part (its resource or lease name) and, for an
+// acquisition of several resources, all of them: "licence (of gpu+licence)".
+func partCell(part, all string, parts []livev1alpha1.LeasePart) string {
+	if len(parts) == 0 || part == "" {
+		return all
+	}
+	return part + " (of " + all + ")"
+}
+
+// fenceCell is the FENCE column: the grant's fence, or one per part joined by "+".
+func fenceCell(h *livev1alpha1.LeaseHolder) string {
+	if len(h.Status.Parts) == 0 {
+		return strconv.FormatInt(h.Status.Fence, 10)
+	}
+	fences := make([]string, len(h.Status.Parts))
+	for i, p := range h.Status.Parts {
+		fences[i] = strconv.FormatInt(p.Fence, 10)
+	}
+	return strings.Join(fences, "+")
 }
 
 // capCell is the CAP column: the cap, or why there is none.

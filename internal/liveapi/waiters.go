@@ -1,6 +1,7 @@
 package liveapi
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -131,7 +132,7 @@ func (s *waiterStorage) Watch(ctx context.Context, o *metainternalversion.ListOp
 
 // matchesWaiter: the waiter passes the selectors (those of leaseholders).
 func (s listSelection) matchesWaiter(w *livev1alpha1.LeaseWaiter) bool {
-	return s.labels.Matches(labels.Set(w.Labels)) && s.fields.Matches(waiterFields(w))
+	return s.matchesSpec(w.Labels, waiterFields(w), w.Spec.Parts)
 }
 
 func (s *waiterStorage) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
@@ -151,6 +152,8 @@ func waiterObject(w lease.Waiter, ns string) livev1alpha1.LeaseWaiter {
 		},
 		Spec: h.Spec,
 		Status: livev1alpha1.LeaseWaiterStatus{
+			Resource:        cmp.Or(w.Resource, w.Holder.Resource),
+			Lease:           cmp.Or(w.Lease, w.Holder.LeaseName),
 			Level:           string(w.Level),
 			Scope:           w.Scope,
 			Key:             w.Key,

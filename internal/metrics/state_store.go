@@ -29,7 +29,8 @@ var (
 )
 
 // StoreState reads the state from the store: all holders, all counters (with the holders
-// booking each) and the server time, three reads per refresh. The global cap of a resource
+// booking each) and the server time, three reads per refresh. A holder of several resources
+// counts as a holder of each (perResource). The global cap of a resource
 // comes from the definition of one of its holders (the global level is set only by the
 // built-in and system layers, so any holder's scope gives the same cap; the resolver caches
 // it); a definition that does not resolve leaves the cap out rather than failing the read.
@@ -47,6 +48,7 @@ func StoreState(store StateStore, resolver DefinitionResolver) StateReader {
 		if err != nil {
 			return State{}, fmt.Errorf("reading the server time: %w", err)
 		}
+		holders = perResource(holders)
 		caps := map[string]int{}
 		if resolver != nil {
 			tried := map[string]bool{}
@@ -62,4 +64,23 @@ func StoreState(store StateStore, resolver DefinitionResolver) StateReader {
 		}
 		return BuildState(now, holders, counters, caps), nil
 	}
+}
+
+// perResource gives a holder of several resources once per part, with the part's resource
+// and lease name: it holds a lease of each (the global counter of each counts it), and each
+// part's own definition gives its resource's global cap.
+func perResource(holders []lease.Holder) []lease.Holder {
+	out := make([]lease.Holder, 0, len(holders))
+	for _, h := range holders {
+		if len(h.Parts) == 0 {
+			out = append(out, h)
+			continue
+		}
+		for _, p := range h.Parts {
+			ph := h
+			ph.LeaseName, ph.Resource, ph.Fence, ph.Parts = p.LeaseName, p.Resource, p.Fence, nil
+			out = append(out, ph)
+		}
+	}
+	return out
 }

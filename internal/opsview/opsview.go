@@ -5,6 +5,7 @@
 package opsview
 
 import (
+	"strings"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -13,9 +14,13 @@ import (
 // HolderView is a holder as the operator's tools show it: named by its public ID, never
 // by its token (docs/live-api.md, "Holder IDs").
 type HolderView struct {
-	ID        string `json:"id"`
-	State     string `json:"state"`
-	Lease     string `json:"lease"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Lease is the definition's name; for a holder of several resources, the parts' names
+	// joined by "+" (Parts has each).
+	Lease string `json:"lease"`
+	// Resource is the resource the holder books; for a holder of several resources, the
+	// parts' resources joined by "+".
 	Resource  string `json:"resource"`
 	Type      string `json:"type"`
 	Tenant    string `json:"tenant"`
@@ -31,10 +36,36 @@ type HolderView struct {
 	Levels     []string  `json:"levels"`
 	AcquiredAt time.Time `json:"acquiredAt,omitzero"`
 	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
-	// Fence is the grant's fencing token (0 before the grant).
+	// Fence is the grant's fencing token (0 before the grant); for a holder of several
+	// resources, the first part's.
 	Fence int64 `json:"fence,omitempty"`
+	// Parts are the resources of a holder that books several at once, in the order of their
+	// resources, each with its fence (docs/waiting.md, "Several resources at once"); absent
+	// for a holder of one.
+	Parts []PartView `json:"parts,omitempty"`
 	// Borrowed: the tenant slot was granted above the tenant cap (docs/borrowing.md).
 	Borrowed bool `json:"borrowed,omitempty"`
+}
+
+// PartView is one resource of a holder that books several.
+type PartView struct {
+	Lease    string `json:"lease"`
+	Resource string `json:"resource"`
+	// Fence is the part's fencing token (0 before the grant).
+	Fence int64 `json:"fence,omitempty"`
+}
+
+// Resources is the holder's resource, or its parts' resources joined by "+" in their order,
+// as lease.Holder.LeaseNames joins their lease names.
+func Resources(h lease.Holder) string {
+	if len(h.Parts) == 0 {
+		return h.Resource
+	}
+	names := make([]string, len(h.Parts))
+	for i, p := range h.Parts {
+		names[i] = p.Resource
+	}
+	return strings.Join(names, "+")
 }
 
 // HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
@@ -46,8 +77,8 @@ func HolderViewOf(h lease.Holder) HolderView {
 	return HolderView{
 		ID:         h.ID,
 		State:      string(h.State),
-		Lease:      h.LeaseName,
-		Resource:   h.Resource,
+		Lease:      h.LeaseNames(),
+		Resource:   Resources(h),
 		Type:       h.Type,
 		Tenant:     h.Tenant,
 		Project:    h.Project,
@@ -61,8 +92,20 @@ func HolderViewOf(h lease.Holder) HolderView {
 		AcquiredAt: h.AcquiredAt.UTC(),
 		LastSeenAt: h.LastSeenAt.UTC(),
 		Fence:      h.Fence,
+		Parts:      partViews(h.Parts),
 		Borrowed:   h.Borrowed,
 	}
+}
+
+func partViews(parts []lease.Part) []PartView {
+	if len(parts) == 0 {
+		return nil
+	}
+	out := make([]PartView, len(parts))
+	for i, p := range parts {
+		out[i] = PartView{Lease: p.LeaseName, Resource: p.Resource, Fence: p.Fence}
+	}
+	return out
 }
 
 // HolderViews renders holders with HolderViewOf.

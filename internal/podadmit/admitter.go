@@ -209,9 +209,9 @@ func (a *Admitter) admit(ctx context.Context, pod *corev1.Pod, placed func()) {
 	log := a.log.WithValues("pod", pod.Namespace+"/"+pod.Name)
 	shown := ""
 	for ctx.Err() == nil {
-		l, reason, err := a.acquire(ctx, pod, placed)
+		names, l, reason, err := a.acquire(ctx, pod, placed)
 		if err == nil {
-			a.granted(context.WithoutCancel(ctx), pod, l, log)
+			a.granted(context.WithoutCancel(ctx), pod, l, names, log)
 			return
 		}
 		if ctx.Err() != nil {
@@ -243,48 +243,65 @@ func (a *Admitter) admit(ctx context.Context, pod *corev1.Pod, placed func()) {
 }
 
 // acquire is one acquisition for pod; reason classifies an error for the pod's condition.
-func (a *Admitter) acquire(ctx context.Context, pod *corev1.Pod, placed func()) (leasing.Lease, string, error) {
+// names are the leases of a pod of several (nil for a pod of one), acquired together.
+func (a *Admitter) acquire(ctx context.Context, pod *corev1.Pod, placed func()) (names []string, l leasing.Lease, reason string, err error) {
 	tenant, ok := a.tenants.TenantOf(pod.Namespace)
 	if !ok {
-		return leasing.Lease{}, ReasonDefinitionError,
+		return nil, leasing.Lease{}, ReasonDefinitionError,
 			fmt.Errorf("namespace %s has no label %s: it speaks for no tenant", pod.Namespace, tenancy.TenantLabel)
 	}
 	req, err := RequestOf(pod, tenant)
 	if err != nil {
-		return leasing.Lease{}, ReasonDefinitionError, err
+		return nil, leasing.Lease{}, ReasonDefinitionError, err
 	}
-	if l, ok, err := a.held(ctx, pod); err != nil {
-		return leasing.Lease{}, ReasonStoreUnavailable, err
+	if l, ok, err := a.held(ctx, pod, req); err != nil {
+		return nil, leasing.Lease{}, ReasonStoreUnavailable, err
 	} else if ok {
-		return l, "", nil
+		return req.Leases, l, "", nil
 	}
-	if a.defs != nil && req.Lease != definition.NoneReference {
-		res, err := a.defs.Explain(ctx, req.Tenant, req.Project, req.Lease)
-		if err != nil {
-			return leasing.Lease{}, ReasonDefinitionError, err
-		}
-		if len(res.Origin) == 0 && len(res.Ignored) == 0 {
-			return leasing.Lease{}, ReasonDefinitionError,
-				fmt.Errorf("no LeaseDefinition defines lease %q for tenant %s, project %s", req.Lease, req.Tenant, req.Project)
-		}
+	if err := a.defined(ctx, req); err != nil {
+		return nil, leasing.Lease{}, ReasonDefinitionError, err
 	}
 	req.Queued = placed
-	l, err := a.acquirer.Acquire(ctx, req)
+	l, err = a.acquirer.Acquire(ctx, req)
 	switch {
 	case err == nil:
-		return l, "", nil
+		return req.Leases, l, "", nil
 	case errors.Is(err, lease.ErrBusy):
-		return l, ReasonWaitExpired, fmt.Errorf("the wait the pod allows (%s) ran out: %w", pod.Annotations[AnnotationMaxWait], err)
+		return nil, l, ReasonWaitExpired, fmt.Errorf("the wait the pod allows (%s) ran out: %w", pod.Annotations[AnnotationMaxWait], err)
 	case errors.Is(err, lease.ErrInvalid), isDefinitionError(err):
-		return l, ReasonDefinitionError, err
+		return nil, l, ReasonDefinitionError, err
 	default:
-		return l, ReasonStoreUnavailable, err
+		return nil, l, ReasonStoreUnavailable, err
 	}
 }
 
+// defined checks that a definition defines each lease req names for its tenant and project:
+// for a pod an unknown name is an error, where an HTTP caller's is a NOOP. One unknown lease
+// of several keeps the whole pod waiting.
+func (a *Admitter) defined(ctx context.Context, req leasing.Request) error {
+	if a.defs == nil || req.Lease == definition.NoneReference {
+		return nil
+	}
+	names := req.Leases
+	if names == nil {
+		names = []string{req.Lease}
+	}
+	for _, name := range names {
+		res, err := a.defs.Explain(ctx, req.Tenant, req.Project, name)
+		if err != nil {
+			return err
+		}
+		if len(res.Origin) == 0 && len(res.Ignored) == 0 {
+			return fmt.Errorf("no LeaseDefinition defines lease %q for tenant %s, project %s", name, req.Tenant, req.Project)
+		}
+	}
+	return nil
+}
+
 // held finds a lease granted for pod earlier (its holder bound to this incarnation of the
-// pod, of the lease it asks for).
-func (a *Admitter) held(ctx context.Context, pod *corev1.Pod) (leasing.Lease, bool, error) {
+// pod, of the lease or leases req asks for).
+func (a *Admitter) held(ctx context.Context, pod *corev1.Pod, req leasing.Request) (leasing.Lease, bool, error) {
 	if a.holders == nil {
 		return leasing.Lease{}, false, nil
 	}
@@ -293,16 +310,25 @@ func (a *Admitter) held(ctx context.Context, pod *corev1.Pod) (leasing.Lease, bo
 		return leasing.Lease{}, false, err
 	}
 	for _, h := range hs {
-		if h.Pod.UID == string(pod.UID) && h.State == lease.StateHeld && h.LeaseName == pod.Annotations[AnnotationLease] {
+		if h.Pod.UID != string(pod.UID) || h.State != lease.StateHeld || !heldFor(h, req.Lease, req.Leases) {
+			continue
+		}
+		if len(h.Parts) == 0 {
 			return leasing.Lease{Token: h.Token, Name: h.LeaseName, Resource: h.Resource, TTL: h.TTL, Fence: h.Fence}, true, nil
 		}
+		l := leasing.Lease{Token: h.Token, Name: h.LeaseNames(), TTL: h.TTL}
+		for _, p := range h.Parts {
+			l.Parts = append(l.Parts, leasing.PartLease{Name: p.LeaseName, Resource: p.Resource, Fence: p.Fence})
+		}
+		return l, true, nil
 	}
 	return leasing.Lease{}, false, nil
 }
 
-// granted removes the gate and records the grant on pod, in one write; a pod gone meanwhile
-// gets its lease released. Only then is the admission reported (condition and Event).
-func (a *Admitter) granted(ctx context.Context, pod *corev1.Pod, l leasing.Lease, log logr.Logger) {
+// granted removes the gate and records the grant of the leases names (nil for a pod of one)
+// on pod, in one write; a pod gone meanwhile gets its lease released. Only then is the
+// admission reported (condition and Event).
+func (a *Admitter) granted(ctx context.Context, pod *corev1.Pod, l leasing.Lease, names []string, log logr.Logger) {
 	at := a.clock.Now()
 	key := client.ObjectKeyFromObject(pod)
 	for attempt := 0; ; attempt++ {
@@ -318,7 +344,7 @@ func (a *Admitter) granted(ctx context.Context, pod *corev1.Pod, l leasing.Lease
 			if cur.Annotations == nil {
 				cur.Annotations = map[string]string{}
 			}
-			for k, v := range admittedAnnotations(l, at) {
+			for k, v := range admittedAnnotations(l, names, at) {
 				cur.Annotations[k] = v
 			}
 			err = a.client.Patch(ctx, &cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
@@ -342,9 +368,13 @@ func (a *Admitter) granted(ctx context.Context, pod *corev1.Pod, l leasing.Lease
 	if l.NoOp {
 		reason = ReasonNotRequired
 	}
-	note := grantedNote(l)
+	note := grantedNote(l, names)
 	a.condition(ctx, pod, corev1.ConditionTrue, reason, note)
 	a.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, "Admit", note)
+	if names != nil {
+		log.Info("Admitted a pod by leases", "leases", names, "holder", lease.HolderID(l.Token), "fences", fencesOf(l, names))
+		return
+	}
 	log.Info("Admitted a pod by lease", "lease", l.Name, "holder", lease.HolderID(l.Token), "fence", l.Fence)
 }
 

@@ -93,8 +93,12 @@ func (k *KubeSource) ListWaiters(ctx context.Context, namespace string) ([]Waite
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &w); err != nil {
 			return nil, fmt.Errorf("decoding a LeaseWaiter: %w", err)
 		}
+		var part string
+		if len(w.Spec.Parts) > 0 {
+			part = w.Status.Resource
+		}
 		out = append(out, Waiter{
-			Name: w.Name, Lease: w.Spec.Lease, Resource: w.Spec.Resource, Project: w.Spec.Project, User: w.Spec.User,
+			Name: w.Name, Lease: w.Spec.Lease, Resource: w.Spec.Resource, WaitsOn: part, Project: w.Spec.Project, User: w.Spec.User,
 			Pod: w.Spec.Pod, Level: w.Status.Level, Scope: w.Status.Scope, Position: w.Status.Position,
 			EstimatedWait: time.Duration(w.Status.EstimatedWaitMs) * time.Millisecond, Since: w.Status.Since.Time,
 			Lapsed: w.Status.Lapsed, Priority: w.Status.Priority,

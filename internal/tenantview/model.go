@@ -12,7 +12,9 @@ import (
 // Holder is one live holder as the view shows it (a LeaseHolder of the live API).
 type Holder struct {
 	// Name is the object's name: the holder's public ID (the live API never shows a token).
-	Name     string
+	Name string
+	// Lease and Resource are the definition's name and the resource; a holder of several
+	// resources has its parts' joined by "+" (gpu+licence), as the API's spec has them.
 	Lease    string
 	Resource string
 	Type     string
@@ -59,12 +61,17 @@ type Counter struct {
 // live API).
 type Waiter struct {
 	// Name is the waiting holder's public ID.
-	Name     string
+	Name string
+	// Lease and Resource are what it asked for; an acquisition of several resources has its
+	// parts' joined by "+".
 	Lease    string
 	Resource string
-	Project  string
-	User     string
-	Pod      string
+	// WaitsOn is, for an acquisition of several resources, the resource of the part it waits
+	// on (the parts before it are booked); empty for one of a single resource.
+	WaitsOn string
+	Project string
+	User    string
+	Pod     string
 	// Level and Scope are the full level it waits at; Position the live waiters ahead of it
 	// (of every tenant, unnamed).
 	Level    string

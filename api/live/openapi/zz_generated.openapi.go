@@ -41,6 +41,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.LeaseHolderList{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeaseHolderList(ref),
 		v1alpha1.LeaseHolderSpec{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref),
 		v1alpha1.LeaseHolderStatus{}.OpenAPIModelName():            schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref),
+		v1alpha1.LeasePart{}.OpenAPIModelName():                    schema_lease_operator_api_live_v1alpha1_LeasePart(ref),
+		v1alpha1.LeasePartStatus{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeasePartStatus(ref),
 		v1alpha1.LeaseWaiter{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_LeaseWaiter(ref),
 		v1alpha1.LeaseWaiterList{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_LeaseWaiterList(ref),
 		v1alpha1.LeaseWaiterStatus{}.OpenAPIModelName():            schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref),
@@ -609,7 +611,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref common.Referenc
 				Properties: map[string]spec.Schema{
 					"lease": {
 						SchemaProps: spec.SchemaProps{
-							Description: "lease is the name of the LeaseDefinition the lease was resolved from.",
+							Description: "lease is the name of the LeaseDefinition the lease was resolved from; for a holder of several resources, its parts' names joined by \"+\" (parts has each).",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -617,10 +619,31 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref common.Referenc
 					},
 					"resource": {
 						SchemaProps: spec.SchemaProps{
-							Description: "resource is the counter key the lease books.",
+							Description: "resource is the counter key the lease books; for a holder of several resources, its parts' resources joined by \"+\". A selector on resource matches such a holder by any of them.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"parts": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"resource",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "parts are the resources of a holder that books several at once, all or none, in the order of their resources (docs/waiting.md, \"Several resources at once\"); absent for a holder of one.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.LeasePart{}.OpenAPIModelName()),
+									},
+								},
+							},
 						},
 					},
 					"type": {
@@ -710,6 +733,8 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderSpec(ref common.Referenc
 				Required: []string{"lease", "resource", "type", "tenant", "project", "podBound", "ttlSeconds"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.LeasePart{}.OpenAPIModelName()},
 	}
 }
 
@@ -761,9 +786,30 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref common.Refere
 					},
 					"fence": {
 						SchemaProps: spec.SchemaProps{
-							Description: "fence is the grant's fencing token: it strictly increases with every grant of the resource; 0 before the grant.",
+							Description: "fence is the grant's fencing token: it strictly increases with every grant of the resource; 0 before the grant. For a holder of several resources, the first part's (parts has each).",
 							Type:        []string{"integer"},
 							Format:      "int64",
+						},
+					},
+					"parts": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"resource",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "parts are the fences of a holder of several resources, one per part of spec.parts, in its order; absent for a holder of one.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.LeasePartStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
 						},
 					},
 					"borrowed": {
@@ -792,7 +838,66 @@ func schema_lease_operator_api_live_v1alpha1_LeaseHolderStatus(ref common.Refere
 			},
 		},
 		Dependencies: []string{
-			v1.Time{}.OpenAPIModelName()},
+			v1alpha1.LeasePartStatus{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeasePart(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeasePart is one resource of a holder that books several.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lease": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lease is the name of the LeaseDefinition the part was resolved from.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is the counter key the part books.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"lease", "resource"},
+			},
+		},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_LeasePartStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "LeasePartStatus is the live state of one part of a holder of several resources.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is the part's resource (spec.parts).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"fence": {
+						SchemaProps: spec.SchemaProps{
+							Description: "fence is the part's fencing token: it strictly increases with every grant of its resource; 0 before the grant.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"resource"},
+			},
+		},
 	}
 }
 
@@ -902,6 +1007,20 @@ func schema_lease_operator_api_live_v1alpha1_LeaseWaiterStatus(ref common.Refere
 				Description: "LeaseWaiterStatus is a waiter's place.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is the resource of the level it waits at: for an acquisition of several resources (spec.parts), that of the part it waits on; the parts before it are booked, those after it not yet.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lease": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lease is the lease name it waits under there: for an acquisition of several resources, the name of the part it waits on.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"level": {
 						SchemaProps: spec.SchemaProps{
 							Description: "level is the full level it waits at: user, project, tenant or global.",

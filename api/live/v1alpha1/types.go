@@ -39,10 +39,20 @@ type LeaseHolder struct {
 
 // LeaseHolderSpec is the request a holder was admitted with.
 type LeaseHolderSpec struct {
-	// lease is the name of the LeaseDefinition the lease was resolved from.
+	// lease is the name of the LeaseDefinition the lease was resolved from; for a holder of
+	// several resources, its parts' names joined by "+" (parts has each).
 	Lease string `json:"lease"`
-	// resource is the counter key the lease books.
+	// resource is the counter key the lease books; for a holder of several resources, its
+	// parts' resources joined by "+". A selector on resource matches such a holder by any of
+	// them.
 	Resource string `json:"resource"`
+	// parts are the resources of a holder that books several at once, all or none, in the
+	// order of their resources (docs/waiting.md, "Several resources at once"); absent for a
+	// holder of one.
+	// +optional
+	// +listType=map
+	// +listMapKey=resource
+	Parts []LeasePart `json:"parts,omitempty"`
 	// type is the lease type (selects the revocation handler).
 	Type string `json:"type"`
 	// tenant is the logical tenant ID.
@@ -70,6 +80,14 @@ type LeaseHolderSpec struct {
 	Payload map[string]string `json:"payload,omitempty"`
 }
 
+// LeasePart is one resource of a holder that books several.
+type LeasePart struct {
+	// lease is the name of the LeaseDefinition the part was resolved from.
+	Lease string `json:"lease"`
+	// resource is the counter key the part books.
+	Resource string `json:"resource"`
+}
+
 // LeaseHolderStatus is the live state of a holder.
 type LeaseHolderStatus struct {
 	// state is PENDING while the levels are booked, HELD afterwards.
@@ -85,9 +103,16 @@ type LeaseHolderStatus struct {
 	// +optional
 	LastSeenAt metav1.Time `json:"lastSeenAt,omitzero"`
 	// fence is the grant's fencing token: it strictly increases with every grant of the
-	// resource; 0 before the grant.
+	// resource; 0 before the grant. For a holder of several resources, the first part's
+	// (parts has each).
 	// +optional
 	Fence int64 `json:"fence,omitempty"`
+	// parts are the fences of a holder of several resources, one per part of spec.parts, in
+	// its order; absent for a holder of one.
+	// +optional
+	// +listType=map
+	// +listMapKey=resource
+	Parts []LeasePartStatus `json:"parts,omitempty"`
 	// borrowed is true when the holder's tenant slot was granted above its tenant cap, from
 	// capacity other tenants left idle; it is reclaimed first (docs/borrowing.md).
 	// +optional
@@ -99,6 +124,16 @@ type LeaseHolderStatus struct {
 	// podReason says why a pod counts as dead.
 	// +optional
 	PodReason string `json:"podReason,omitempty"`
+}
+
+// LeasePartStatus is the live state of one part of a holder of several resources.
+type LeasePartStatus struct {
+	// resource is the part's resource (spec.parts).
+	Resource string `json:"resource"`
+	// fence is the part's fencing token: it strictly increases with every grant of its
+	// resource; 0 before the grant.
+	// +optional
+	Fence int64 `json:"fence,omitempty"`
 }
 
 // LeaseHolderList is a page of holders.
@@ -280,6 +315,15 @@ type LeaseWaiter struct {
 
 // LeaseWaiterStatus is a waiter's place.
 type LeaseWaiterStatus struct {
+	// resource is the resource of the level it waits at: for an acquisition of several
+	// resources (spec.parts), that of the part it waits on; the parts before it are booked,
+	// those after it not yet.
+	// +optional
+	Resource string `json:"resource,omitempty"`
+	// lease is the lease name it waits under there: for an acquisition of several
+	// resources, the name of the part it waits on.
+	// +optional
+	Lease string `json:"lease,omitempty"`
 	// level is the full level it waits at: user, project, tenant or global.
 	Level string `json:"level"`
 	// scope is that level's scope (tenant/user, tenant/project, tenant or *).

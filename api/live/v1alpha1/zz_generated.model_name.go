@@ -67,6 +67,16 @@ func (in LeaseHolderStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeasePart) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeasePart"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in LeasePartStatus) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.LeasePartStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in LeaseWaiter) OpenAPIModelName() string {
 	return "io.vancetope.lease.live.v1alpha1.LeaseWaiter"
 }
