@@ -136,7 +136,7 @@ func holderCells(now time.Time, h lease.Holder) []string {
 	if h.Borrowed { // docs/borrowing.md
 		state += ",BORROWED"
 	}
-	return []string{h.ID, h.Type, opsview.Resources(h), h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
+	return []string{h.ID, h.Type, h.Resources(), h.Tenant, h.Project, h.User, h.Pod.String(), state, fenceOf(h),
 		age(now, h.AcquiredAt), age(now, h.LastSeenAt), shortDuration(h.TTL)}
 }
 
@@ -254,7 +254,7 @@ func renderHolder(w io.Writer, now time.Time, h lease.Holder, counters []lease.C
 	field("State", stateOf(now, h))
 	field("Fence", fenceOf(h))
 	field("Lease", h.LeaseNames())
-	field("Resource", opsview.Resources(h))
+	field("Resource", h.Resources())
 	if len(h.Parts) > 0 {
 		parts := make([]string, len(h.Parts))
 		for i, pt := range h.Parts {

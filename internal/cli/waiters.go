@@ -115,7 +115,7 @@ the set, "licence (of gpu+licence)".`,
 
 func toWaiterJSON(w lease.Waiter) waiterJSON {
 	out := waiterJSON{
-		ID: w.Holder.ID, Resource: opsview.Resources(w.Holder), Lease: w.Holder.LeaseNames(), Tenant: w.Holder.Tenant,
+		ID: w.Holder.ID, Resource: w.Holder.Resources(), Lease: w.Holder.LeaseNames(), Tenant: w.Holder.Tenant,
 		Project: w.Holder.Project, User: w.Holder.User, Pod: w.Holder.Pod.String(), HolderRef: w.Holder.HolderRef,
 		Parts: opsview.HolderViewOf(w.Holder).Parts,
 		Level: string(w.Level), Scope: w.Scope, Cap: w.Cap, Priority: w.Priority, Position: w.Position,
@@ -131,9 +131,9 @@ func toWaiterJSON(w lease.Waiter) waiterJSON {
 // part it waits on and all of them, "licence (of gpu+licence)".
 func waitsOn(w lease.Waiter) string {
 	if len(w.Holder.Parts) == 0 || w.Resource == "" {
-		return opsview.Resources(w.Holder)
+		return w.Holder.Resources()
 	}
-	return w.Resource + " (of " + opsview.Resources(w.Holder) + ")"
+	return w.Resource + " (of " + w.Holder.Resources() + ")"
 }
 
 // renderWaiters writes the waiter table; now is the server's time.

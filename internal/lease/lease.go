@@ -114,9 +114,23 @@ func (h Holder) LeaseNames() string {
 	if len(h.Parts) == 0 {
 		return h.LeaseName
 	}
-	names := make([]string, len(h.Parts))
-	for i, p := range h.Parts {
-		names[i] = p.LeaseName
+	return JoinParts(h.Parts, func(p Part) string { return p.LeaseName })
+}
+
+// Resources is the holder's resource, or its parts' resources joined by "+".
+func (h Holder) Resources() string {
+	if len(h.Parts) == 0 {
+		return h.Resource
+	}
+	return JoinParts(h.Parts, func(p Part) string { return p.Resource })
+}
+
+// JoinParts names the parts of an acquisition of several resources for people: what name
+// gives of each, joined by "+" ("gpu+licence").
+func JoinParts[T any](parts []T, name func(T) string) string {
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = name(p)
 	}
 	return strings.Join(names, "+")
 }

@@ -549,11 +549,7 @@ func (d holderDoc) resources() string {
 	if len(d.Parts) == 0 {
 		return d.Resource
 	}
-	names := make([]string, len(d.Parts))
-	for i, p := range d.Parts {
-		names[i] = p.Resource
-	}
-	return strings.Join(names, "+")
+	return lease.JoinParts(d.Parts, func(p partDoc) string { return p.Resource })
 }
 
 // stateReleased marks a holder whose slots are being given back (release, rollback, reap,

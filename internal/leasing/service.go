@@ -186,11 +186,7 @@ func resourcesOf(req leasestore.AcquireRequest) string {
 	if len(req.Parts) == 0 {
 		return req.Resource
 	}
-	names := make([]string, len(req.Parts))
-	for i, p := range req.Parts {
-		names[i] = p.Resource
-	}
-	return strings.Join(names, "+")
+	return lease.JoinParts(req.Parts, func(p leasestore.Part) string { return p.Resource })
 }
 
 // WithIdleReaper replaces the lazy sweep's store.ReapIdle: the lease agent, which watches no

@@ -15,7 +15,6 @@ import (
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
-	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 // Pod liveness as shown in status.podAlive.
@@ -37,7 +36,7 @@ func holderObject(h lease.Holder, ns string, pods PodStatus) livev1alpha1.LeaseH
 		},
 		Spec: livev1alpha1.LeaseHolderSpec{
 			Lease:      h.LeaseNames(),
-			Resource:   opsview.Resources(h),
+			Resource:   h.Resources(),
 			Parts:      specParts(h),
 			Type:       h.Type,
 			Tenant:     h.Tenant,

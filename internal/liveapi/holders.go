@@ -19,7 +19,6 @@ import (
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/livefeed"
-	"github.com/vancetope/lease-operator/internal/opsview"
 )
 
 var holdersResource = livev1alpha1.Resource(livev1alpha1.ResourceHolders)
@@ -215,7 +214,7 @@ func handOver(ctx context.Context, d Deps, holders []lease.Holder) {
 	}
 	for _, h := range holders {
 		log.Info("Revoked a lease through the live API", "holder", h.ID, "tenant", h.Tenant,
-			"resource", opsview.Resources(h), "type", h.Type, "pod", h.Pod.String(), "podBound", h.PodBound)
+			"resource", h.Resources(), "type", h.Type, "pod", h.Pod.String(), "podBound", h.PodBound)
 	}
 	if d.Listener == nil {
 		log.Info("No revocation listener: handlers do not run", "holders", len(holders))

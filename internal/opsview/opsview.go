@@ -5,7 +5,6 @@
 package opsview
 
 import (
-	"strings"
 	"time"
 
 	"github.com/vancetope/lease-operator/internal/lease"
@@ -55,19 +54,6 @@ type PartView struct {
 	Fence int64 `json:"fence,omitempty"`
 }
 
-// Resources is the holder's resource, or its parts' resources joined by "+" in their order,
-// as lease.Holder.LeaseNames joins their lease names.
-func Resources(h lease.Holder) string {
-	if len(h.Parts) == 0 {
-		return h.Resource
-	}
-	names := make([]string, len(h.Parts))
-	for i, p := range h.Parts {
-		names[i] = p.Resource
-	}
-	return strings.Join(names, "+")
-}
-
 // HolderViewOf renders a holder as the operator API (and kubectl lease) shows it.
 func HolderViewOf(h lease.Holder) HolderView {
 	levels := h.Levels
@@ -78,7 +64,7 @@ func HolderViewOf(h lease.Holder) HolderView {
 		ID:         h.ID,
 		State:      string(h.State),
 		Lease:      h.LeaseNames(),
-		Resource:   Resources(h),
+		Resource:   h.Resources(),
 		Type:       h.Type,
 		Tenant:     h.Tenant,
 		Project:    h.Project,
