@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,7 +75,8 @@ func (s *reviewStorage) Create(ctx context.Context, obj runtime.Object, validate
 	if err != nil {
 		return nil, err
 	}
-	req := leasing.Request{Type: out.Spec.Type, Lease: out.Spec.Lease, Tenant: tenant, Project: out.Spec.Project, User: out.Spec.User}
+	req := leasing.Request{Type: out.Spec.Type, Lease: out.Spec.Lease, Leases: out.Spec.Leases, Tenant: tenant,
+		Project: out.Spec.Project, User: out.Spec.User}
 	l, err := s.deps.Reviewer.Review(ctx, req)
 	status, err := reviewStatus(l, err)
 	if err != nil {
@@ -115,13 +117,17 @@ func reviewTenant(sc scope, named string) (string, error) {
 		"namespace %q speaks for no tenant (no %s label): create the review in a namespace of the tenant, or in the system namespace", sc.namespace, tenancy.TenantLabel))
 }
 
-// specFields are the fields of a review's spec, by the admission API's names for them.
-var specFields = map[string]func(livev1alpha1.LeaseAcquisitionReviewSpec) string{
-	"type":    func(s livev1alpha1.LeaseAcquisitionReviewSpec) string { return s.Type },
-	"lease":   func(s livev1alpha1.LeaseAcquisitionReviewSpec) string { return s.Lease },
-	"tenant":  func(s livev1alpha1.LeaseAcquisitionReviewSpec) string { return s.Tenant },
-	"project": func(s livev1alpha1.LeaseAcquisitionReviewSpec) string { return s.Project },
-	"user":    func(s livev1alpha1.LeaseAcquisitionReviewSpec) string { return s.User },
+// specFields are the fields of a review's spec, by the admission API's names for them, with
+// their values as a refusal shows them. The service refuses a bad list of several leases
+// (a name twice, two leases of one resource) under "leases": a field of the request, so a
+// 422 naming spec.leases, not the definitions' error outcome.
+var specFields = map[string]func(livev1alpha1.LeaseAcquisitionReviewSpec) any{
+	"type":    func(s livev1alpha1.LeaseAcquisitionReviewSpec) any { return s.Type },
+	"lease":   func(s livev1alpha1.LeaseAcquisitionReviewSpec) any { return s.Lease },
+	"leases":  func(s livev1alpha1.LeaseAcquisitionReviewSpec) any { return s.Leases },
+	"tenant":  func(s livev1alpha1.LeaseAcquisitionReviewSpec) any { return s.Tenant },
+	"project": func(s livev1alpha1.LeaseAcquisitionReviewSpec) any { return s.Project },
+	"user":    func(s livev1alpha1.LeaseAcquisitionReviewSpec) any { return s.User },
 }
 
 // reviewStatus turns the dry run's answer into a review's status: a grant, a NOOP, a full
@@ -137,13 +143,12 @@ func reviewStatus(l leasing.Lease, err error) (livev1alpha1.LeaseAcquisitionRevi
 	case err == nil && l.NoOp:
 		return livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewNoOp,
 			Message: "no lease applies (no reference, or a definition that caps no level): an acquisition succeeds without booking"}, nil
+	case err == nil && l.Parts != nil:
+		return grantedParts(l), nil
 	case err == nil:
-		st := livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewGranted, Resource: l.Resource,
-			Message: fmt.Sprintf("every capped level of resource %s has room now: an acquisition would be granted", l.Resource)}
-		for _, lv := range l.Levels {
-			st.Levels = append(st.Levels, livev1alpha1.ReviewLevel{Level: string(lv.Level), Scope: lv.Scope, Cap: int64(lv.Cap)})
-		}
-		return st, nil
+		return livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewGranted, Resource: l.Resource,
+			Levels:  reviewLevels(l.Levels),
+			Message: fmt.Sprintf("every capped level of resource %s has room now: an acquisition would be granted", l.Resource)}, nil
 	case errors.As(err, &busy):
 		return livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewBusy, Resource: busy.Resource,
 			Busy:    busyLevel(busy),
@@ -161,12 +166,37 @@ func reviewStatus(l leasing.Lease, err error) (livev1alpha1.LeaseAcquisitionRevi
 	return livev1alpha1.LeaseAcquisitionReviewStatus{}, err
 }
 
+// grantedParts is the status of a granted review of several leases: each part with the
+// levels it would book, in the order of the resources, and the resources joined by "+" as
+// a holder of several shows them (docs/live-api.md, "Group, resources, names").
+func grantedParts(l leasing.Lease) livev1alpha1.LeaseAcquisitionReviewStatus {
+	st := livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewGranted}
+	names, resources := make([]string, len(l.Parts)), make([]string, len(l.Parts))
+	for i, p := range l.Parts {
+		names[i], resources[i] = p.Name, p.Resource
+		st.Parts = append(st.Parts, livev1alpha1.ReviewPart{Lease: p.Name, Resource: p.Resource, Levels: reviewLevels(p.Levels)})
+	}
+	st.Resource = strings.Join(resources, "+")
+	st.Message = fmt.Sprintf("every capped level of resources %s has room now: an acquisition of leases %s would be granted, all of them together",
+		strings.Join(resources, ", "), strings.Join(names, ", "))
+	return st
+}
+
+// reviewLevels are the levels a grant would book, as a review shows them.
+func reviewLevels(levels []leasing.LevelInfo) []livev1alpha1.ReviewLevel {
+	var out []livev1alpha1.ReviewLevel
+	for _, lv := range levels {
+		out = append(out, livev1alpha1.ReviewLevel{Level: string(lv.Level), Scope: lv.Scope, Cap: int64(lv.Cap)})
+	}
+	return out
+}
+
 // reviewError answers a review that could not be made: a spec field the admission API
 // refuses is 422 naming spec.<field>, a store that does not answer 503.
 func reviewError(log logr.Logger, r *livev1alpha1.LeaseAcquisitionReview, err error) error {
 	var inv *lease.InvalidError
 	if errors.As(err, &inv) {
-		value := ""
+		var value any = ""
 		if get := specFields[inv.Field]; get != nil {
 			value = get(r.Spec)
 		}
@@ -177,9 +207,9 @@ func reviewError(log logr.Logger, r *livev1alpha1.LeaseAcquisitionReview, err er
 }
 
 // busyLevel is a review's diagnosis of the full level, with the position and the estimate
-// when the dry run learnt them.
+// when the dry run learnt them, and the full lease's name for a review of several.
 func busyLevel(b *lease.BusyError) *livev1alpha1.ReviewBusyLevel {
-	out := &livev1alpha1.ReviewBusyLevel{Level: string(b.Level), Scope: b.Scope, Count: int64(b.Count), Cap: int64(b.Cap)}
+	out := &livev1alpha1.ReviewBusyLevel{Lease: b.Lease, Level: string(b.Level), Scope: b.Scope, Count: int64(b.Count), Cap: int64(b.Cap)}
 	if b.Explained {
 		pos := int64(b.Position)
 		out.Position, out.EstimatedWaitMs = &pos, b.EstimatedWait.Milliseconds()

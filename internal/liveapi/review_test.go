@@ -1,7 +1,10 @@
 package liveapi_test
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,6 +18,7 @@ import (
 
 	livev1alpha1 "github.com/vancetope/lease-operator/api/live/v1alpha1"
 	"github.com/vancetope/lease-operator/internal/leasestore"
+	"github.com/vancetope/lease-operator/internal/leasing"
 )
 
 // review creates a LeaseAcquisitionReview of spec in ns as cfg and returns its answer.
@@ -164,4 +168,104 @@ func errorNames(err error, field string) bool {
 		}
 	}
 	return false
+}
+
+// TestAcquisitionReviewOfSeveralLeases: a review of several leases (spec.leases, issue 45)
+// answers for the whole set as the admission API's dry run does: granted with each part's
+// levels in the order of the resources, busy naming the first full part, and a bad list
+// refused as 422 naming spec.leases; nothing is booked.
+func TestAcquisitionReviewOfSeveralLeases(t *testing.T) {
+	set := livev1alpha1.LeaseAcquisitionReviewSpec{Leases: []string{"share-a", "capped"}, Project: "p45", User: "ula"}
+
+	before := storeCommands.Load()
+	got, err := review(t, alice, nsAcme, set)
+	if err != nil {
+		t.Fatalf("alice reviews share-a and capped in acme: %v", err)
+	}
+	if n := storeCommands.Load() - before; n != 2 {
+		t.Errorf("a granted review of two leases sent %d store commands, want one read of the counters per lease", n)
+	}
+	want := livev1alpha1.LeaseAcquisitionReviewStatus{Outcome: livev1alpha1.ReviewGranted, Tenant: "acme", Resource: "capped+shared",
+		Parts: []livev1alpha1.ReviewPart{
+			{Lease: "capped", Resource: "capped", Levels: []livev1alpha1.ReviewLevel{{Level: "user", Scope: "acme/ula", Cap: 2},
+				{Level: "project", Scope: "acme/p45", Cap: 3}, {Level: "tenant", Scope: "acme", Cap: 5}, {Level: "global", Scope: "*", Cap: 9}}},
+			{Lease: "share-a", Resource: "shared", Levels: []livev1alpha1.ReviewLevel{{Level: "project", Scope: "acme/p45", Cap: 2},
+				{Level: "tenant", Scope: "acme", Cap: 3}}},
+		}}
+	msg := got.Status.Message
+	got.Status.Message = ""
+	if diff := cmp.Diff(want, got.Status); diff != "" {
+		t.Errorf("granted review of two leases (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(msg, "leases capped, share-a would be granted, all of them together") {
+		t.Errorf("granted review of two leases says %q", msg)
+	}
+	// kubectl alone reads the parts.
+	file := filepath.Join(t.TempDir(), "review.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: live.lease.vancetope.io/v1alpha1
+kind: LeaseAcquisitionReview
+metadata: {generateName: ask-}
+spec: {leases: [share-a, capped], project: p45, user: ula}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := mustKubectl(t, aliceFile, "-n", nsAcme, "create", "--validate=false", "-f", file, "-o",
+		"jsonpath={.status.outcome} {.status.resource} {.status.parts[*].lease} {.status.parts[1].levels[0].scope}")
+	if out != "granted capped+shared capped share-a acme/p45" {
+		t.Errorf("kubectl create of a review of two leases answered %q", out)
+	}
+
+	// Project p45 holds both of its slots of shared: the review names share-a's full project
+	// level, though capped has room.
+	for range 2 {
+		l, err := svc.Acquire(ctxT(t), leasing.Request{Type: "tex", Lease: "share-a", Tenant: "acme", Project: "p45", User: "u45",
+			HolderRef: "job", Pod: self, PodBound: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = svc.Release(context.Background(), l.Token) })
+	}
+	hs, err := store.ListHolders(ctxT(t), leasestore.HolderFilter{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = review(t, alice, nsAcme, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The estimate depends on the hold times other tests left on shared.
+	if got.Status.Busy != nil {
+		got.Status.Busy.EstimatedWaitMs = 0
+	}
+	if got.Status.Outcome != livev1alpha1.ReviewBusy || got.Status.Resource != "shared" || got.Status.Parts != nil ||
+		!cmp.Equal(got.Status.Busy, &livev1alpha1.ReviewBusyLevel{Lease: "share-a", Level: "project", Scope: "acme/p45", Count: 2, Cap: 2, Position: ptr.To(int64(0))}) ||
+		!strings.Contains(got.Status.Message, "(part share-a)") {
+		t.Errorf("review of two leases, share-a full = %+v, busy %+v", got.Status, got.Status.Busy)
+	}
+	out = mustKubectl(t, aliceFile, "-n", nsAcme, "create", "--validate=false", "-f", file, "-o", "jsonpath={.status.outcome} {.status.busy.lease} {.status.busy.level}")
+	if out != "busy share-a project" {
+		t.Errorf("kubectl create of a busy review of two leases answered %q", out)
+	}
+	after, err := store.ListHolders(ctxT(t), leasestore.HolderFilter{Tenant: "acme"})
+	if err != nil || len(after) != len(hs) {
+		t.Errorf("holders of acme: %d before the reviews, %d after (%v)", len(hs), len(after), err)
+	}
+
+	for name, tc := range map[string]struct {
+		spec   livev1alpha1.LeaseAcquisitionReviewSpec
+		detail string
+	}{
+		"a name twice":               {livev1alpha1.LeaseAcquisitionReviewSpec{Leases: []string{"capped", "capped"}, Project: "p45", User: "ula"}, "names capped twice"},
+		"two leases of one resource": {livev1alpha1.LeaseAcquisitionReviewSpec{Leases: []string{"share-a", "share-b"}, Project: "p45"}, "book the same resource shared"},
+		"beside lease":               {livev1alpha1.LeaseAcquisitionReviewSpec{Lease: "capped", Leases: []string{"share-a"}, Project: "p45", User: "ula"}, "exclusive"},
+	} {
+		before := storeCommands.Load()
+		_, err := review(t, alice, nsAcme, tc.spec)
+		if !apierrors.IsInvalid(err) || !errorNames(err, "spec.leases") || !strings.Contains(err.Error(), tc.detail) {
+			t.Errorf("%s: err = %v, want 422 naming spec.leases: %s", name, err, tc.detail)
+		}
+		if n := storeCommands.Load() - before; n != 0 {
+			t.Errorf("%s: a refused review sent %d store commands", name, n)
+		}
+	}
 }

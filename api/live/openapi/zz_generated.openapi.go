@@ -51,6 +51,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ReconcileResult{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_ReconcileResult(ref),
 		v1alpha1.ReviewBusyLevel{}.OpenAPIModelName():              schema_lease_operator_api_live_v1alpha1_ReviewBusyLevel(ref),
 		v1alpha1.ReviewLevel{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_ReviewLevel(ref),
+		v1alpha1.ReviewPart{}.OpenAPIModelName():                   schema_lease_operator_api_live_v1alpha1_ReviewPart(ref),
 		v1alpha1.Sweep{}.OpenAPIModelName():                        schema_lease_operator_api_live_v1alpha1_Sweep(ref),
 		v1alpha1.SweepResult{}.OpenAPIModelName():                  schema_lease_operator_api_live_v1alpha1_SweepResult(ref),
 		v1.APIGroup{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_APIGroup(ref),
@@ -174,6 +175,25 @@ func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewSpec(ref comm
 							Format:      "",
 						},
 					},
+					"leases": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "leases names several leases to review as one acquisition, granted all together or not at all (docs/api.md, \"Several leases at once\"): 1 to 8 names, none twice, no two booking the same resource; exclusive with lease.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"tenant": {
 						SchemaProps: spec.SchemaProps{
 							Description: "tenant is the tenant to act for. In a tenant's namespace it is that namespace's tenant (the default; another one is refused); in the system namespace it is required.",
@@ -233,7 +253,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewStatus(ref co
 					},
 					"resource": {
 						SchemaProps: spec.SchemaProps{
-							Description: "resource is the counter key the lease books.",
+							Description: "resource is the counter key the lease books. For a review of several leases (spec.leases), the parts' resources joined by \"+\" when granted (parts has each), the full part's resource when busy.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -245,7 +265,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewStatus(ref co
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "levels are the levels a grant would book, narrow to wide (granted).",
+							Description: "levels are the levels a grant would book, narrow to wide (granted); absent for a review of several leases (parts has each part's).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -256,9 +276,30 @@ func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewStatus(ref co
 							},
 						},
 					},
+					"parts": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"resource",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "parts are the leases of a granted review of several (spec.leases) that book something, in the order of their resources, as an acquisition would book them; a lease that caps no level books nothing and is left out. Absent for a review of one lease.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ReviewPart{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 					"busy": {
 						SchemaProps: spec.SchemaProps{
-							Description: "busy is the first full level, narrow to wide (busy).",
+							Description: "busy is the first full level, narrow to wide (busy); for a review of several leases, of the first full lease in the order of the resources, which busy.lease names.",
 							Ref:         ref(v1alpha1.ReviewBusyLevel{}.OpenAPIModelName()),
 						},
 					},
@@ -273,7 +314,7 @@ func schema_lease_operator_api_live_v1alpha1_LeaseAcquisitionReviewStatus(ref co
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ReviewBusyLevel{}.OpenAPIModelName(), v1alpha1.ReviewLevel{}.OpenAPIModelName()},
+			v1alpha1.ReviewBusyLevel{}.OpenAPIModelName(), v1alpha1.ReviewLevel{}.OpenAPIModelName(), v1alpha1.ReviewPart{}.OpenAPIModelName()},
 	}
 }
 
@@ -1283,6 +1324,13 @@ func schema_lease_operator_api_live_v1alpha1_ReviewBusyLevel(ref common.Referenc
 				Description: "ReviewBusyLevel is the admission API's busy diagnosis: the first full level.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"lease": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lease is the lease whose level is full, for a review of several leases (spec.leases); absent for a review of one.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"level": {
 						SchemaProps: spec.SchemaProps{
 							Description: "level is user, project, tenant or global.",
@@ -1371,6 +1419,56 @@ func schema_lease_operator_api_live_v1alpha1_ReviewLevel(ref common.ReferenceCal
 				Required: []string{"level", "scope", "cap"},
 			},
 		},
+	}
+}
+
+func schema_lease_operator_api_live_v1alpha1_ReviewPart(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReviewPart is one lease of a granted review of several leases.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lease": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lease is the name of the lease definition.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is the counter key the lease books.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"levels": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "levels are the levels a grant would book for it, narrow to wide.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ReviewLevel{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"lease", "resource", "levels"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ReviewLevel{}.OpenAPIModelName()},
 	}
 }
 

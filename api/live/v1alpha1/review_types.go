@@ -29,6 +29,14 @@ type LeaseAcquisitionReviewSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Lease string `json:"lease,omitempty"`
+	// leases names several leases to review as one acquisition, granted all together or not
+	// at all (docs/api.md, "Several leases at once"): 1 to 8 names, none twice, no two
+	// booking the same resource; exclusive with lease.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=64
+	Leases []string `json:"leases,omitempty"`
 	// tenant is the tenant to act for. In a tenant's namespace it is that namespace's tenant
 	// (the default; another one is refused); in the system namespace it is required.
 	// +optional
@@ -52,9 +60,10 @@ type LeaseAcquisitionReviewSpec struct {
 // Outcomes of a LeaseAcquisitionReview (status.outcome).
 const (
 	// ReviewGranted: every capped level has room now; status.levels are the levels a grant
-	// would book.
+	// would book (status.parts each lease's, for a review of several).
 	ReviewGranted = "granted"
-	// ReviewBusy: a level is full now; status.busy is the first full level, narrow to wide.
+	// ReviewBusy: a level is full now; status.busy is the first full level, narrow to wide
+	// (of the first full lease in the order of the resources, for a review of several).
 	ReviewBusy = "busy"
 	// ReviewNoOp: no lease applies (no reference, or a definition without caps).
 	ReviewNoOp = "noop"
@@ -72,19 +81,42 @@ type LeaseAcquisitionReviewStatus struct {
 	// namespace).
 	// +optional
 	Tenant string `json:"tenant,omitempty"`
-	// resource is the counter key the lease books.
+	// resource is the counter key the lease books. For a review of several leases
+	// (spec.leases), the parts' resources joined by "+" when granted (parts has each), the
+	// full part's resource when busy.
 	// +optional
 	Resource string `json:"resource,omitempty"`
-	// levels are the levels a grant would book, narrow to wide (granted).
+	// levels are the levels a grant would book, narrow to wide (granted); absent for a
+	// review of several leases (parts has each part's).
 	// +optional
 	// +listType=atomic
 	Levels []ReviewLevel `json:"levels,omitempty"`
-	// busy is the first full level, narrow to wide (busy).
+	// parts are the leases of a granted review of several (spec.leases) that book
+	// something, in the order of their resources, as an acquisition would book them; a
+	// lease that caps no level books nothing and is left out. Absent for a review of one
+	// lease.
+	// +optional
+	// +listType=map
+	// +listMapKey=resource
+	Parts []ReviewPart `json:"parts,omitempty"`
+	// busy is the first full level, narrow to wide (busy); for a review of several leases,
+	// of the first full lease in the order of the resources, which busy.lease names.
 	// +optional
 	Busy *ReviewBusyLevel `json:"busy,omitempty"`
 	// message says the outcome for people.
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// ReviewPart is one lease of a granted review of several leases.
+type ReviewPart struct {
+	// lease is the name of the lease definition.
+	Lease string `json:"lease"`
+	// resource is the counter key the lease books.
+	Resource string `json:"resource"`
+	// levels are the levels a grant would book for it, narrow to wide.
+	// +listType=atomic
+	Levels []ReviewLevel `json:"levels"`
 }
 
 // ReviewLevel is one capped level a grant would book.
@@ -99,6 +131,10 @@ type ReviewLevel struct {
 
 // ReviewBusyLevel is the admission API's busy diagnosis: the first full level.
 type ReviewBusyLevel struct {
+	// lease is the lease whose level is full, for a review of several leases
+	// (spec.leases); absent for a review of one.
+	// +optional
+	Lease string `json:"lease,omitempty"`
 	// level is user, project, tenant or global.
 	Level string `json:"level"`
 	// scope is tenant/user, tenant/project, tenant or *.

@@ -117,6 +117,11 @@ func (in ReviewLevel) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReviewPart) OpenAPIModelName() string {
+	return "io.vancetope.lease.live.v1alpha1.ReviewPart"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Sweep) OpenAPIModelName() string {
 	return "io.vancetope.lease.live.v1alpha1.Sweep"
 }
