@@ -124,7 +124,7 @@ func (ps plans) lease() Lease {
 		if ps.noop() {
 			return plan{noop: true}.lease(ps.noopDef)
 		}
-		return ps.parts[0].plan.lease(ps.parts[0].def)
+		return ps.parts[0].lease(ps.parts[0].def)
 	}
 	if ps.noop() {
 		return Lease{NoOp: true}
