@@ -25,21 +25,11 @@ func (s *Store) Touch(ctx context.Context, token string) error {
 	return err
 }
 
-// TouchFence is Touch that also answers the holder's fence, in the same round trip.
+// TouchFence is Touch that also answers the holder's fence (the first part's for a holder of
+// several resources), in the same round trip.
 func (s *Store) TouchFence(ctx context.Context, token string) (int64, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	var d holderDoc
-	err := s.holders.FindOneAndUpdate(ctx,
-		bson.D{{Key: "_id", Value: token}, {Key: "state", Value: string(lease.StateHeld)}},
-		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "lastSeenAt", Value: true}}}}).Decode(&d)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return 0, lostError(token)
-	case err != nil:
-		return 0, unavailable("touching holder", err)
-	}
-	return d.Fence, nil
+	fence, _, err := s.TouchParts(ctx, token)
+	return fence, err
 }
 
 // UpdatePayload replaces the payload of a held lease (values often known only after

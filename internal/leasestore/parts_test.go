@@ -227,3 +227,26 @@ func TestPartsCostTwoRoundTripsALevelAndOneAPart(t *testing.T) {
 		t.Errorf("release: %d commands, want 2", got)
 	}
 }
+
+// TestIdleSweepOfAnyPartReapsTheHolder: the lazy sweep of a resource, which a waiter for it
+// asks for, reaps an idle holder of several resources whose first part is another resource.
+func TestIdleSweepOfAnyPartReapsTheHolder(t *testing.T) {
+	s := newStore(t)
+	c := ctxT(t)
+	req := partsReq("ann", "gpu", "licence")
+	req.TTL = 300 * time.Millisecond
+	h := mustAcquire(t, s, req)
+	time.Sleep(500 * time.Millisecond) // real time: the holder's TTL on the server's clock
+	sw, err := s.SweepIdle(c, "licence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sw.Reaped) != 1 || sw.Reaped[0].ID != h.ID {
+		t.Fatalf("sweep of licence reaped %v, want the holder of gpu+licence", sw.Reaped)
+	}
+	for k, v := range counts(t, s) {
+		if v[0] != 0 {
+			t.Errorf("after the reap counter %s counts %d", k, v[0])
+		}
+	}
+}

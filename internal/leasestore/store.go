@@ -309,8 +309,9 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	defer cancel()
 	holderIdx := []mongo.IndexModel{
 		{Keys: bson.D{{Key: "resource", Value: 1}, {Key: "lastSeenAt", Value: 1}}},
-		// The holders of several resources by each of them (ofResource).
-		{Keys: bson.D{{Key: "parts.resource", Value: 1}}},
+		// The holders of several resources by each of them (ofResource). Sparse: a holder of
+		// one resource, the usual one, has no entry, so its writes do not maintain it.
+		{Keys: bson.D{{Key: "parts.resource", Value: 1}}, Options: options.Index().SetSparse(true)},
 		{Keys: bson.D{{Key: "pod.uid", Value: 1}}},
 		{Keys: bson.D{{Key: "pod.namespace", Value: 1}, {Key: "pod.name", Value: 1}}},
 		{Keys: bson.D{{Key: "tenant", Value: 1}}},

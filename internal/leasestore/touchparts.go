@@ -10,11 +10,11 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 )
 
-// TouchParts is TouchFence that also answers the parts of a holder of several resources,
-// each with its fence, in the same round trip: the check of such a holder repeats every
-// part's fence (docs/api.md, "Check at every use"). parts is nil for a holder of one
-// resource; fence is its fence, or the first part's. Like TouchFence it reads the whole
-// document: the development server (bin/mongodev) has no projection on findAndModify.
+// TouchParts is the check-at-use that answers the holder's fence and, for a holder of several
+// resources, its parts, each with its fence, in one round trip: the check of such a holder
+// repeats every part's fence (docs/api.md, "Check at every use"). parts is nil for a holder of
+// one resource; fence is its fence, or the first part's. It reads the whole document: the
+// development server (bin/mongodev) has no projection on findAndModify.
 func (s *Store) TouchParts(ctx context.Context, token string) (fence int64, parts []lease.Part, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

@@ -16,29 +16,16 @@ func (s *Service) Check(ctx context.Context, token string) error {
 	return err
 }
 
-// CheckFence is Check that also answers the lease's fence (docs/fencing.md).
+// CheckFence is Check that also answers the lease's fence (docs/fencing.md): for a lease of
+// several resources, the first part's.
 func (s *Service) CheckFence(ctx context.Context, token string) (int64, error) {
-	if !ValidToken(token) {
-		return 0, lease.Invalid("token", "is not a valid lease token")
-	}
-	fence, err := s.store.TouchFence(ctx, token)
-	label := s.tokens.get(token)
-	switch {
-	case err == nil:
-		s.metrics.Check.WithLabelValues(label, metrics.CheckOK).Inc()
-		return fence, nil
-	case errors.Is(err, lease.ErrLost):
-		s.metrics.Check.WithLabelValues(label, metrics.CheckLost).Inc()
-		s.tokens.forget(token)
-		return 0, storeError("checking lease", "token", err)
-	default:
-		return 0, storeError("checking lease", "token", err)
-	}
+	fence, _, err := s.CheckParts(ctx, token)
+	return fence, err
 }
 
-// CheckParts is CheckFence that also answers the parts of a holder of several resources
-// (Request.Leases), each with its fence, in the order of their resources; parts is nil for a
-// holder of one resource. fence is the lease's fence, or the first part's (docs/api.md,
+// CheckParts is the check-at-use that answers the lease's fence and the parts of a lease of
+// several resources (Request.Leases), each with its fence, in the order of their resources;
+// parts is nil for a lease of one resource. fence is the lease's fence, or the first part's (docs/api.md,
 // "Check at every use").
 func (s *Service) CheckParts(ctx context.Context, token string) (fence int64, parts []lease.Part, err error) {
 	if !ValidToken(token) {

@@ -22,10 +22,8 @@ import (
 type Store interface {
 	// Acquire makes one attempt at the funnel: a *lease.BusyError when a level is full.
 	Acquire(ctx context.Context, req leasestore.AcquireRequest) (lease.Holder, error)
-	// TouchFence is the check-at-use; it answers the holder's fence.
-	TouchFence(ctx context.Context, token string) (int64, error)
-	// TouchParts is TouchFence that also answers the parts of a holder of several resources
-	// (nil for a holder of one), each with its fence.
+	// TouchParts is the check-at-use; it answers the holder's fence and the parts of a holder
+	// of several resources (nil for a holder of one), each with its fence.
 	TouchParts(ctx context.Context, token string) (fence int64, parts []lease.Part, err error)
 	UpdatePayload(ctx context.Context, token string, payload map[string]string) error
 	Release(ctx context.Context, token string) (released bool, err error)
