@@ -9,7 +9,9 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/agent
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager
+# The agent speaks HTTP/1.1 only: without net/http's HTTP/2 it is half a MiB smaller, resident too.
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -tags nethttpomithttp2 -trimpath -ldflags="-s -w" -o /out/ ./cmd/agent
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /

@@ -96,10 +96,11 @@ type Config struct {
 }
 
 // DefaultAgentResources fit the agent's measured footprint (docs/figures.md, "Agent
-// footprint": some 17 MiB resident idle and 22 MiB after 10 000 grants, of which the binary's
-// pages, shared by the node's agents, are 11 MiB; 1.4 ms of CPU per acquire+release). No CPU
-// limit (throttling shows up as acquire latency); a memory limit, twice what it was seen to
-// use, so a leaking agent cannot take the node's memory.
+// footprint": some 15 MiB resident idle and 18 MiB after 10 000 grants, of which the binary's
+// pages, shared by the node's agents, are 11 MiB; 1.6–1.8 ms of CPU per acquire+release). No
+// CPU limit (throttling shows up as acquire latency); a memory limit, with room for bursts of
+// callers beyond twice what it was seen to use, so a leaking agent cannot take the node's
+// memory.
 func DefaultAgentResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{

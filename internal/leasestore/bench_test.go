@@ -2,8 +2,12 @@ package leasestore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -16,6 +20,9 @@ import (
 	"github.com/vancetope/lease-operator/internal/lease"
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // roundTrips counts the commands a store sends (one per round trip): n on the callers' path,
@@ -155,35 +162,115 @@ func BenchmarkContended(b *testing.B) {
 	}
 }
 
+// threadCPU is the CPU, in µs, this process's threads have spent, from the kernel's per-thread
+// accounting (schedstat).
+func threadCPU(b *testing.B) float64 {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		b.Skip("needs /proc")
+	}
+	var ns int64
+	for _, t := range tasks {
+		raw, _ := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if f := strings.Fields(string(raw)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += n
+		}
+	}
+	return float64(ns) / 1e3
+}
+
 // BenchmarkCommandCPU is the reference for CPU figures of processes that use the store (the
 // agent's, docs/figures.md "Agent footprint"): the CPU this process spends per store command,
 // a touch (one findAndModify), sent one after another from one thread, as read from the
 // kernel's per-thread accounting. What a process spends per operation beyond this times its
 // commands is its own.
 func BenchmarkCommandCPU(b *testing.B) {
-	cpu := func() float64 {
-		tasks, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			b.Skip("needs /proc")
-		}
-		var ns int64
-		for _, t := range tasks {
-			raw, _ := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
-			if f := strings.Fields(string(raw)); len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				ns += n
-			}
-		}
-		return float64(ns) / 1e3
-	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	s := benchStore(b, mongotest.DatabaseName(b), nil)
 	h := mustAcquire(b, s, request("bench", "acme", "p", "u", allCaps(1<<20, 1<<20, 1<<20, 1<<20)[:1]))
-	c0 := cpu()
+	c0 := threadCPU(b)
 	for b.Loop() {
 		if err := s.Touch(context.Background(), h.Token); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric((cpu()-c0)/float64(b.N), "cpu-µs/command")
+	b.ReportMetric((threadCPU(b)-c0)/float64(b.N), "cpu-µs/command")
+}
+
+// BenchmarkRoundTripCPU is the floor under BenchmarkCommandCPU: the CPU of one round trip to
+// the store with no client library, a ping written as a wire message on a plain connection and
+// its answer read back ("bare"), and the same ping through the driver ("driver"). "bare" is
+// what the kernel and Go's scheduler cost a process per round trip on this machine whatever
+// the client does; a process that sends n commands per operation spends at least n times it.
+func BenchmarkRoundTripCPU(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	uri, err := mongotest.URI()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("bare", func(b *testing.B) {
+		u, err := url.Parse(uri)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		msg := pingMessage(b)
+		buf := make([]byte, 64<<10)
+		c0 := threadCPU(b)
+		for b.Loop() {
+			if _, err := conn.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(conn, buf[:4]); err != nil {
+				b.Fatal(err)
+			}
+			n := int(binary.LittleEndian.Uint32(buf))
+			if n < 4 || n > len(buf) {
+				b.Fatalf("answer of %d bytes", n)
+			}
+			if _, err := io.ReadFull(conn, buf[4:n]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric((threadCPU(b)-c0)/float64(b.N), "cpu-µs/round-trip")
+	})
+	b.Run("driver", func(b *testing.B) {
+		c, err := mongo.Connect(options.Client().ApplyURI(uri))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = c.Disconnect(context.Background()) }()
+		db := c.Database(mongotest.DatabaseName(b))
+		ping := bson.D{{Key: "ping", Value: 1}}
+		if err := db.RunCommand(context.Background(), ping).Err(); err != nil {
+			b.Fatal(err)
+		}
+		c0 := threadCPU(b)
+		for b.Loop() {
+			if err := db.RunCommand(context.Background(), ping).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric((threadCPU(b)-c0)/float64(b.N), "cpu-µs/round-trip")
+	})
+}
+
+// pingMessage is an OP_MSG (opcode 2013) with one body section, {ping: 1, $db: "admin"}.
+func pingMessage(b *testing.B) []byte {
+	body, err := bson.Marshal(bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const header = 16 + 4 + 1 // length, request ID, response to, opcode; flags; section kind 0
+	msg := make([]byte, header+len(body))
+	binary.LittleEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.LittleEndian.PutUint32(msg[4:], 1)
+	binary.LittleEndian.PutUint32(msg[12:], 2013)
+	copy(msg[header:], body)
+	return msg
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vancetope/lease-operator/internal/testutil/agentbuild"
 )
 
 // stopTimeout bounds a graceful stop (SIGTERM) before a child is killed.
@@ -180,11 +182,14 @@ func buildManager(root, dir string) (string, error) {
 		goTool = filepath.Join(goroot, "bin", "go")
 	}
 	bin := filepath.Join(dir, "manager")
-	cmd := exec.Command(goTool, "build", "-o", dir+string(filepath.Separator), "./cmd/manager", "./cmd/agent")
+	cmd := exec.Command(goTool, "build", "-o", dir+string(filepath.Separator), "./cmd/manager")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build -o %s ./cmd/manager ./cmd/agent: %w\n%s", dir, err, out)
+		return "", fmt.Errorf("go build -o %s ./cmd/manager: %w\n%s", dir, err, out)
+	}
+	if _, err := agentbuild.Build(goTool, root, dir, nil); err != nil {
+		return "", err
 	}
 	return bin, nil
 }

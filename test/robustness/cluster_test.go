@@ -29,6 +29,7 @@ import (
 	"github.com/vancetope/lease-operator/internal/leasestore"
 	"github.com/vancetope/lease-operator/internal/settings"
 	"github.com/vancetope/lease-operator/internal/tenancy"
+	"github.com/vancetope/lease-operator/internal/testutil/agentbuild"
 	"github.com/vancetope/lease-operator/internal/testutil/mongotest"
 	"github.com/vancetope/lease-operator/internal/testutil/testenv"
 	"github.com/vancetope/lease-operator/internal/testutil/tokenscan"
@@ -239,11 +240,13 @@ func startCluster(ctx context.Context, t testing.TB, assets string) *cluster {
 	managerBin := filepath.Join(workDir, "manager")
 	go func() {
 		// The manager and, beside it, the agent binary the webhook injects.
-		cmd := exec.Command("go", "build", "-o", workDir+string(filepath.Separator), "./cmd/manager", "./cmd/agent")
+		cmd := exec.Command("go", "build", "-o", workDir+string(filepath.Separator), "./cmd/manager")
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			err = fmt.Errorf("go build ./cmd/manager ./cmd/agent: %w\n%s", err, out)
+			err = fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out)
+		} else {
+			_, err = agentbuild.Build("go", root, workDir, nil)
 		}
 		built <- err
 	}()
