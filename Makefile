@@ -14,6 +14,8 @@ OPENAPI_GEN_VERSION ?= $(shell go list -m -f '{{.Version}}' k8s.io/kube-openapi)
 OPENAPI_GEN ?= $(LOCALBIN)/openapi-gen-$(OPENAPI_GEN_VERSION)
 MONGODEV ?= $(LOCALBIN)/mongodev
 IMG ?= vancetope/lease-operator:dev
+# The agent's own image (Dockerfile target agent), for --agent-image (docs/operations.md).
+AGENT_IMG ?= vancetope/lease-agent:dev
 # Extra flags for go test, e.g. GOTEST_FLAGS=-v or GOTEST_FLAGS='-run Store'.
 GOTEST_FLAGS ?=
 
@@ -166,8 +168,9 @@ run: build $(MONGODEV) ## Run the dev store and the manager against the current 
 	hack/run.sh
 
 .PHONY: docker-build
-docker-build: ## Build the container image (needs a Docker engine).
+docker-build: ## Build the container images, the manager's ($(IMG)) and the agent's alone ($(AGENT_IMG)) (needs a Docker engine).
 	docker build -t $(IMG) .
+	docker build --target agent -t $(AGENT_IMG) .
 
 ##@ Tools
 $(LOCALBIN):
